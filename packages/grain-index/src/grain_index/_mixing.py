@@ -1,0 +1,233 @@
+"""Weighted mixing: which component, and which of its elements, each position reads.
+
+Weights become integer weights W_j with period S = sum(W_j): ratios of small
+integers stay exact (0.7/0.3 -> 7/3, 1/3 and 2/3 -> 1/2); weights that need a
+period over `MAX_PERIOD` are rounded to multiples of about 1/MAX_PERIOD, and a
+component with a non-zero weight keeps a share of at least one per period.
+
+Each period of S positions holds component j exactly W_j times, in the order of
+an earliest-deadline-first schedule: the k-th element of component j (k >= 0)
+has the window of positions
+
+    [floor(k * S / W_j),  ceil((k + 1) * S / W_j) - 1]
+
+and EDF (ties to the lower component) puts every element inside its window.
+The lower end keeps a component from running ahead; the upper end keeps it from
+falling behind. So every prefix of length L holds component j
+floor(L * W_j / S) or ceil(L * W_j / S) times: within one of its exact share.
+The schedule is built once per weight vector (O(S log S)); afterwards a lookup
+is O(1): ``divmod(position, S)`` and two table reads, scalar or vectorized.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import math
+import sys
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from grain_index import _validate
+
+MAX_PERIOD = 1 << 16
+"""The longest period a mixture's schedule may have, in positions."""
+
+_EXACT_DENOMINATOR = 1 << 20
+
+
+def integer_weights(weights: Sequence[float]) -> tuple[int, ...]:
+    """Returns the integer weights (lowest terms) that stand for `weights`."""
+    values = _validate.finite_weights(weights)
+    fractions = [Fraction(w).limit_denominator(_EXACT_DENOMINATOR) for w in values]
+    if all(abs(float(f) - w) <= 1e-12 * w for f, w in zip(fractions, values, strict=True)):
+        total = sum(fractions)
+        shares = [f / total for f in fractions]
+        denominator = math.lcm(*(share.denominator for share in shares))
+        if denominator <= MAX_PERIOD:
+            return tuple(int(share * denominator) for share in shares)
+    total = sum(values)
+    rounded = [max(1, round(w / total * MAX_PERIOD)) if w > 0 else 0 for w in values]
+    divisor = math.gcd(*rounded)
+    return tuple(w // divisor for w in rounded)
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(weights: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """EDF schedule of one period: (component, rank, offsets by component, starts)."""
+    period = sum(weights)
+    parts = []
+    for component, w in enumerate(weights):
+        k = np.arange(w, dtype=np.int64)
+        release = k * period // w
+        deadline = ((k + 1) * period - 1) // w
+        parts.append(np.stack([release, deadline, np.full(w, component), k], axis=1))
+    events = np.concatenate(parts)
+    events = events[np.argsort(events[:, 0], kind="stable")].tolist()
+    component_at = np.empty(period, dtype=np.int64)
+    rank_at = np.empty(period, dtype=np.int64)
+    pending: list[tuple[int, int, int]] = []
+    e = 0
+    for t in range(period):
+        while e < len(events) and events[e][0] <= t:
+            _, deadline, component, k = events[e]
+            heapq.heappush(pending, (deadline, component, k))
+            e += 1
+        deadline, component, k = heapq.heappop(pending)
+        if deadline < t:  # cannot happen for quota windows; guards the proof
+            raise AssertionError(f"mixing schedule missed a deadline for weights {weights}")
+        component_at[t] = component
+        rank_at[t] = k
+    order = np.lexsort((rank_at, component_at))
+    starts = np.concatenate([[0], np.cumsum(weights)]).astype(np.int64)
+    for table in (component_at, rank_at, order, starts):
+        table.flags.writeable = False
+    return component_at, rank_at, order, starts
+
+
+class MixingSchedule:
+    """A deterministic interleaving of components in proportion to weights.
+
+    Args:
+      weights: one non-negative, finite weight per component, not all zero.
+
+    Example::
+
+        schedule = MixingSchedule([0.7, 0.3])
+        schedule.lookup(5)                    # (component, index within component)
+        components, indices = schedule.lookup_array(np.arange(100))
+        schedule.epoch_length([5, 3])         # how long one mixed epoch is
+    """
+
+    def __init__(self, weights: Sequence[float]):
+        self._weights = integer_weights(weights)
+        self._period = sum(self._weights)
+        tables = _tables(self._weights)
+        self._component_at, self._rank_at, self._order, self._starts = tables
+        # Plain lists make scalar lookups several times faster than numpy scalars.
+        self._component_list = self._component_at.tolist()
+        self._rank_list = self._rank_at.tolist()
+
+    def __repr__(self) -> str:
+        return f"MixingSchedule(integer_weights={list(self._weights)})"
+
+    @property
+    def integer_weights(self) -> tuple[int, ...]:
+        """Each component's number of positions per period."""
+        return self._weights
+
+    @property
+    def period(self) -> int:
+        """Positions per period; every period repeats the same pattern."""
+        return self._period
+
+    @property
+    def num_components(self) -> int:
+        return len(self._weights)
+
+    def lookup(self, position: int) -> tuple[int, int]:
+        """Returns (component, index within that component) of `position`."""
+        position = _validate.int_in_range(position, "position", 0)
+        cycle, offset = divmod(position, self._period)
+        component = self._component_list[offset]
+        return component, cycle * self._weights[component] + self._rank_list[offset]
+
+    def lookup_array(self, positions: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorized `lookup`: int64 arrays (components, indices) of `positions`' shape."""
+        array = _validate.index_array(positions, "positions").astype(np.int64)
+        if array.size and int(array.min()) < 0:
+            raise ValueError(f"`positions` must be >= 0, got {int(array.min())}.")
+        cycles, offsets = np.divmod(array, self._period)
+        components = self._component_at[offsets]
+        weights = np.asarray(self._weights, dtype=np.int64)
+        return components, cycles * weights[components] + self._rank_at[offsets]
+
+    def _check_component(self, component: Any) -> int:
+        return _validate.int_in_range(component, "component", 0, len(self._weights))
+
+    def position_of(self, component: int, index: int) -> int:
+        """The inverse of `lookup`: the position of element `index` of `component`."""
+        component = self._check_component(component)
+        index = _validate.int_in_range(index, "index", 0)
+        w = self._weights[component]
+        if w == 0:
+            raise ValueError(f"component {component} has weight 0 and is never selected.")
+        cycle, rank = divmod(index, w)
+        return cycle * self._period + int(self._order[self._starts[component] + rank])
+
+    def count(self, component: int, length: int) -> int:
+        """How many of the first `length` positions belong to `component`."""
+        component = self._check_component(component)
+        length = _validate.int_in_range(length, "length", 0)
+        cycle, offset = divmod(length, self._period)
+        start, end = self._starts[component], self._starts[component + 1]
+        within = np.searchsorted(self._order[start:end], offset)
+        return cycle * self._weights[component] + int(within)
+
+    def _check_lengths(self, lengths: Any) -> list[int]:
+        values = list(lengths)
+        if len(values) != len(self._weights):
+            raise ValueError(
+                f"`lengths` must have one entry per component ({len(self._weights)}), "
+                f"got {len(values)}."
+            )
+        return [_validate.int_in_range(v, f"lengths[{i}]", 0) for i, v in enumerate(values)]
+
+    def epoch_length(self, lengths: Sequence[int]) -> int:
+        """Length of one mixed epoch: the shortest component scaled by its weight.
+
+        The epoch ends when the component that runs out first (its length over
+        its share) is used up; the rest of the others is not part of it. The
+        result is capped at ``sys.maxsize``, the length of an infinite dataset.
+        """
+        values = self._check_lengths(lengths)
+        return min(
+            sys.maxsize,
+            *(n * self._period // w for n, w in zip(values, self._weights, strict=True) if w),
+        )
+
+    def _component_epoch_sizes(self, values: list[int], length: int) -> list[int]:
+        # An infinite component (sys.maxsize) has no epochs to restart: the
+        # mixture continues through it, each mixed epoch taking its share.
+        return [
+            self.count(j, length) if n >= sys.maxsize else n for j, n in enumerate(values)
+        ]
+
+    def lookup_epochs(self, position: int, lengths: Sequence[int]) -> tuple[int, int]:
+        """`lookup` with epochs: mixed epoch e reads epoch e of every component.
+
+        Returns (component, index into that component), where the index is
+        ``e * len(component) + k`` for the k-th element of the component in
+        mixed epoch e, so a component that reshuffles per epoch does so here too.
+        """
+        values = self._check_lengths(lengths)
+        length = self.epoch_length(values)
+        if length == 0:
+            raise ValueError(f"a mixed epoch is empty: a component with weight > 0 has length 0 "
+                             f"(lengths={values}).")
+        epoch, offset = divmod(_validate.int_in_range(position, "position", 0), length)
+        component, index = self.lookup(offset)
+        return component, epoch * self._component_epoch_sizes(values, length)[component] + index
+
+    def lookup_epochs_array(self, positions: Any, lengths: Sequence[int]) -> tuple[np.ndarray,
+                                                                                   np.ndarray]:
+        """Vectorized `lookup_epochs`."""
+        values = self._check_lengths(lengths)
+        length = self.epoch_length(values)
+        if length == 0:
+            raise ValueError(f"a mixed epoch is empty: a component with weight > 0 has length 0 "
+                             f"(lengths={values}).")
+        array = _validate.index_array(positions, "positions").astype(np.int64)
+        if array.size and int(array.min()) < 0:
+            raise ValueError(f"`positions` must be >= 0, got {int(array.min())}.")
+        epochs, offsets = np.divmod(array, length)
+        components, indices = self.lookup_array(offsets)
+        sizes = self._component_epoch_sizes(values, length)
+        if array.size and int(epochs.max()) * max(sizes) >= 1 << 63:
+            raise OverflowError(
+                "component indices of these positions exceed int64; use `lookup_epochs`."
+            )
+        return components, epochs * np.asarray(sizes, dtype=np.int64)[components] + indices

@@ -1,0 +1,30 @@
+"""grain: fast, deterministic, preemption-proof input pipelines for JAX.
+
+Layout: the public namespace only. It re-exports the layers below it and
+defines no behaviour of its own apart from the `grain` command-line tool:
+
+  grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
+  grain_sources  data sources                                         (next)
+  grain_dataset  MapDataset, IterDataset, DatasetIterator             (next)
+  grain_mp       worker processes and the DataLoader                  (next)
+  grain_jax      device prefetch, Orbax checkpoints, multi-host       (next)
+
+Namespaces: `grain.experimental`, `grain.samplers`, `grain.sharding` and
+`grain.python` (the upstream-compatible flat namespace).
+"""
+
+from grain import experimental as experimental
+from grain import python as python
+from grain import samplers as samplers
+from grain import sharding as sharding
+from grain_index import Record as Record
+from grain_index import RecordMetadata as RecordMetadata
+
+__all__ = [
+    "Record",
+    "RecordMetadata",
+    "experimental",
+    "python",
+    "samplers",
+    "sharding",
+]
