@@ -192,9 +192,7 @@ class MixingSchedule:
     def _component_epoch_sizes(self, values: list[int], length: int) -> list[int]:
         # An infinite component (sys.maxsize) has no epochs to restart: the
         # mixture continues through it, each mixed epoch taking its share.
-        return [
-            self.count(j, length) if n >= sys.maxsize else n for j, n in enumerate(values)
-        ]
+        return [self.count(j, length) if n >= sys.maxsize else n for j, n in enumerate(values)]
 
     def lookup_epochs(self, position: int, lengths: Sequence[int]) -> tuple[int, int]:
         """`lookup` with epochs: mixed epoch e reads epoch e of every component.
@@ -206,20 +204,25 @@ class MixingSchedule:
         values = self._check_lengths(lengths)
         length = self.epoch_length(values)
         if length == 0:
-            raise ValueError(f"a mixed epoch is empty: a component with weight > 0 has length 0 "
-                             f"(lengths={values}).")
+            raise ValueError(
+                f"a mixed epoch is empty: a component with weight > 0 has length 0 "
+                f"(lengths={values})."
+            )
         epoch, offset = divmod(_validate.int_in_range(position, "position", 0), length)
         component, index = self.lookup(offset)
         return component, epoch * self._component_epoch_sizes(values, length)[component] + index
 
-    def lookup_epochs_array(self, positions: Any, lengths: Sequence[int]) -> tuple[np.ndarray,
-                                                                                   np.ndarray]:
+    def lookup_epochs_array(
+        self, positions: Any, lengths: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Vectorized `lookup_epochs`."""
         values = self._check_lengths(lengths)
         length = self.epoch_length(values)
         if length == 0:
-            raise ValueError(f"a mixed epoch is empty: a component with weight > 0 has length 0 "
-                             f"(lengths={values}).")
+            raise ValueError(
+                f"a mixed epoch is empty: a component with weight > 0 has length 0 "
+                f"(lengths={values})."
+            )
         array = _validate.index_array(positions, "positions").astype(np.int64)
         if array.size and int(array.min()) < 0:
             raise ValueError(f"`positions` must be >= 0, got {int(array.min())}.")

@@ -241,4 +241,3 @@ class SequentialSampler(IndexSampler):
             f"SequentialSampler(num_records={self._num_records}, "
             f"shard_options={self._shard_options!r}, seed={self._seed})"
         )
-

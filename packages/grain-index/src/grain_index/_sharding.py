@@ -59,9 +59,7 @@ def shard_bounds(num_records: int, options: ShardOptions) -> tuple[int, int]:
     """Returns the [start, end) positions that shard `options` owns out of `num_records`."""
     n = _validate.int_in_range(num_records, "num_records", 0)
     if not isinstance(options, ShardOptions):
-        raise TypeError(
-            f"`shard_options` must be a ShardOptions, got {type(options).__name__}."
-        )
+        raise TypeError(f"`shard_options` must be a ShardOptions, got {type(options).__name__}.")
     i, count = options.shard_index, options.shard_count
     if options.drop_remainder:
         size = n // count

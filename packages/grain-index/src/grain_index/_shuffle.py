@@ -31,14 +31,26 @@ SMALL_DOMAIN = 64
 """Domains of at most this many indices use an exact Fisher-Yates table."""
 
 _MASK32 = 0xFFFFFFFF
+_UINT64_LIMIT = _validate.UINT64_LIMIT
 _CHUNK = 8192  # elements per vectorized block: the block's buffers stay in L2 cache
 
 
 class _Plan:
     """Everything the shuffle of one (n, seed, rounds) needs, derived once."""
 
-    __slots__ = ("a", "b", "last", "n", "np_keys", "np_keys_reversed", "rounds", "table",
-                 "table_array", "inverse_array", "inverse_table")
+    __slots__ = (
+        "a",
+        "b",
+        "inverse_array",
+        "inverse_table",
+        "last",
+        "n",
+        "np_keys",
+        "np_keys_reversed",
+        "rounds",
+        "table",
+        "table_array",
+    )
 
     def __init__(self, n: int, seed: int, rounds: int):
         self.n = n
@@ -83,43 +95,6 @@ def _checked_plan(max_index: Any, seed: Any, rounds: Any) -> _Plan:
     return _plan(max_index + 1, seed, rounds)
 
 
-def _plain_ints(index: Any, max_index: Any, seed: Any, rounds: Any) -> bool:
-    """True for the common, valid all-`int` call, which then skips the slow checks."""
-    return (
-        type(index) is int and type(max_index) is int and type(seed) is int
-        and type(rounds) is int and 0 <= index <= max_index < MAX_RECORDS
-        and 0 <= seed < _validate.UINT64_LIMIT and rounds >= 1
-    )
-
-
-def _forward(x: int, plan: _Plan) -> int:
-    n, b, last, keys = plan.n, plan.b, plan.last, plan.rounds
-    while True:
-        hi, lo = divmod(x, b)
-        for kx, km, s in keys:
-            # Round function: a 32x32 -> 64 bit product folded hi ^ lo (wyhash's
-            # "mum"), scaled into [0, s) by a multiply-high; never exceeds 64 bits.
-            h = (lo ^ kx) * km
-            c = hi + (((h >> 32) ^ (h & _MASK32)) * s >> 32)
-            hi, lo = lo, (c - s if c >= s else c)
-        x = hi * last + lo
-        if x < n:
-            return x
-
-
-def _backward(y: int, plan: _Plan) -> int:
-    n, b, last, keys = plan.n, plan.b, plan.last, plan.rounds
-    while True:
-        hi, lo = divmod(y, last)
-        for kx, km, s in reversed(keys):
-            h = (hi ^ kx) * km
-            c = lo - (((h >> 32) ^ (h & _MASK32)) * s >> 32)
-            hi, lo = (c + s if c < 0 else c), hi
-        y = hi * b + lo
-        if y < n:
-            return y
-
-
 def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
     """Returns the record at position `index` of a keyed shuffle of [0, max_index].
 
@@ -139,14 +114,35 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
         order = [index_shuffle(i, max_index=9, seed=42, rounds=6) for i in range(10)]
         assert sorted(order) == list(range(10))
     """
-    if _plain_ints(index, max_index, seed, rounds):
+    # The all-`int` valid call is checked inline: this function's budget is ~2 us.
+    if (
+        type(index) is int
+        and type(max_index) is int
+        and type(seed) is int
+        and type(rounds) is int
+        and 0 <= index <= max_index < MAX_RECORDS
+        and 0 <= seed < _UINT64_LIMIT
+        and rounds >= 1
+    ):
         plan = _plan(max_index + 1, seed, rounds)
     else:
         plan = _checked_plan(max_index, seed, rounds)
         index = _validate.int_in_range(index, "index", 0, plan.n)
     if plan.table is not None:
         return plan.table[index]
-    return _forward(index, plan)
+    n, b, last, keys = plan.n, plan.b, plan.last, plan.rounds
+    x = index
+    while True:
+        hi, lo = divmod(x, b)
+        for kx, km, s in keys:
+            # Round function: a 32x32 -> 64 bit product folded hi ^ lo (wyhash's
+            # "mum"), scaled into [0, s) by a multiply-high; never exceeds 64 bits.
+            h = (lo ^ kx) * km
+            c = hi + (((h >> 32) ^ (h & _MASK32)) * s >> 32)
+            hi, lo = lo, (c - s if c >= s else c)
+        x = hi * last + lo
+        if x < n:
+            return x
 
 
 def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> int:
@@ -154,14 +150,32 @@ def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> in
 
     ``index_unshuffle(index_shuffle(i, m, s, r), m, s, r) == i`` for every i.
     """
-    if _plain_ints(position, max_index, seed, rounds):
+    if (
+        type(position) is int
+        and type(max_index) is int
+        and type(seed) is int
+        and type(rounds) is int
+        and 0 <= position <= max_index < MAX_RECORDS
+        and 0 <= seed < _UINT64_LIMIT
+        and rounds >= 1
+    ):
         plan = _plan(max_index + 1, seed, rounds)
     else:
         plan = _checked_plan(max_index, seed, rounds)
         position = _validate.int_in_range(position, "position", 0, plan.n)
     if plan.table is not None:
         return plan.inverse_table[position]
-    return _backward(position, plan)
+    n, b, last, keys = plan.n, plan.b, plan.last, plan.rounds
+    y = position
+    while True:
+        hi, lo = divmod(y, last)
+        for kx, km, s in reversed(keys):
+            h = (hi ^ kx) * km
+            c = lo - (((h >> 32) ^ (h & _MASK32)) * s >> 32)
+            hi, lo = (c + s if c < 0 else c), hi
+        y = hi * b + lo
+        if y < n:
+            return y
 
 
 def _checked_array(values: Any, name: str, n: int) -> np.ndarray:
@@ -221,8 +235,9 @@ def _feistel_blocks(x: np.ndarray, plan: _Plan, inverse: bool) -> np.ndarray:
     return out
 
 
-def _apply_array(values: Any, name: str, max_index: Any, seed: Any, rounds: Any,
-                 inverse: bool) -> np.ndarray:
+def _apply_array(
+    values: Any, name: str, max_index: Any, seed: Any, rounds: Any, inverse: bool
+) -> np.ndarray:
     plan = _checked_plan(max_index, seed, rounds)
     array = _checked_array(values, name, plan.n)
     dtype = _result_dtype(array)
@@ -240,8 +255,9 @@ def _apply_array(values: Any, name: str, max_index: Any, seed: Any, rounds: Any,
     return out.astype(dtype, copy=False).reshape(array.shape)
 
 
-def index_shuffle_array(indices: Any, max_index: int, seed: int,
-                        rounds: int = DEFAULT_ROUNDS) -> np.ndarray:
+def index_shuffle_array(
+    indices: Any, max_index: int, seed: int, rounds: int = DEFAULT_ROUNDS
+) -> np.ndarray:
     """Vectorized `index_shuffle`: the same values for a whole integer array.
 
     Returns an array of the shape of `indices` (uint64 for unsigned input,
@@ -251,7 +267,8 @@ def index_shuffle_array(indices: Any, max_index: int, seed: int,
     return _apply_array(indices, "indices", max_index, seed, rounds, inverse=False)
 
 
-def index_unshuffle_array(positions: Any, max_index: int, seed: int,
-                          rounds: int = DEFAULT_ROUNDS) -> np.ndarray:
+def index_unshuffle_array(
+    positions: Any, max_index: int, seed: int, rounds: int = DEFAULT_ROUNDS
+) -> np.ndarray:
     """Vectorized `index_unshuffle`, the inverse of `index_shuffle_array`."""
     return _apply_array(positions, "positions", max_index, seed, rounds, inverse=True)

@@ -1,0 +1,39 @@
+"""The `grain` command: the demo runs its checks and exit codes are reliable."""
+
+import subprocess
+import sys
+
+import pytest
+
+from grain._cli import main
+
+
+def test_demo_runs_and_passes_its_checks(capsys):
+    assert main(["demo", "--num-records", "20000"]) == 0
+    out = capsys.readouterr().out
+    assert "restored continuation identical: True" in out
+    assert "all checks passed" in out
+    assert "M/s" in out
+
+
+def test_bad_arguments_exit_with_2(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["demo", "--num-records", "1"])
+    assert excinfo.value.code == 2
+    assert "--num-records" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as excinfo:
+        main(["no-such-command"])
+    assert excinfo.value.code == 2
+
+
+@pytest.mark.timeout(120)
+def test_console_script_is_installed():
+    result = subprocess.run(
+        [sys.executable, "-m", "grain._cli", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "demo" in result.stdout
