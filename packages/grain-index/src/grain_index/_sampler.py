@@ -195,10 +195,18 @@ class IndexSampler:
             if low < 0:
                 raise ValueError(f"`steps` must be >= 0, got {low}.")
             self._check_step(high)
-        epochs, offsets = np.divmod(array, self._shard_size) if self._shard_size else (array, array)
-        positions = offsets + self._start
+        if not array.size:
+            return array.copy()
+        # floor_divide and a subtraction: numpy's divmod is several times slower.
+        epochs = array // self._shard_size
+        positions = array - epochs * self._shard_size + self._start
         if not self._shuffle:
             return positions
+        first, last = int(epochs.min()), int(epochs.max())
+        if first == last:
+            return _shuffle.index_shuffle_array(
+                positions, self._num_records - 1, self._epoch_seed(first)
+            )
         keys = np.empty_like(positions)
         # A batch of steps spans few epochs; each epoch is one vectorized call.
         for epoch in np.unique(epochs):

