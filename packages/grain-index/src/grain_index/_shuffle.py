@@ -40,7 +40,6 @@ class _Plan:
     """Everything the shuffle of one (n, seed, rounds) needs, derived once."""
 
     __slots__ = (
-        "a",
         "b",
         "inverse_array",
         "inverse_table",
@@ -71,7 +70,7 @@ class _Plan:
             return
         a = math.isqrt(n - 1) + 1
         b = -(-n // a)
-        self.a, self.b = a, b
+        self.b = b
         # The halves swap sizes every round; `last` is the size of the low half
         # after the final round.
         self.last = b if rounds % 2 == 0 else a
@@ -123,13 +122,13 @@ def _unrolled(plan: _Plan, inverse: bool) -> Callable[[int], int]:
     return namespace["walk"]
 
 
-@functools.lru_cache(maxsize=512)
-def _scalar_functions(n: int, seed: int, rounds: int) -> tuple[Callable[[int], int], ...]:
-    """(forward, backward) scalar functions of one shuffle."""
+@functools.lru_cache(maxsize=1024)
+def _scalar_function(n: int, seed: int, rounds: int, inverse: bool) -> Callable[[int], int]:
+    """The scalar forward (or backward) function of one shuffle, built on first use."""
     plan = _plan(n, seed, rounds)
     if plan.table is not None:
-        return plan.table.__getitem__, plan.inverse_table.__getitem__
-    return _unrolled(plan, inverse=False), _unrolled(plan, inverse=True)
+        return (plan.inverse_table if inverse else plan.table).__getitem__
+    return _unrolled(plan, inverse)
 
 
 def _checked_plan(max_index: Any, seed: Any, rounds: Any) -> _Plan:
@@ -170,7 +169,7 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
     ):
         plan = _checked_plan(max_index, seed, rounds)
         index = _validate.int_in_range(index, "index", 0, plan.n)
-    return _scalar_functions(max_index + 1, seed, rounds)[0](index)
+    return _scalar_function(max_index + 1, seed, rounds, False)(index)
 
 
 def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> int:
@@ -189,7 +188,7 @@ def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> in
     ):
         plan = _checked_plan(max_index, seed, rounds)
         position = _validate.int_in_range(position, "position", 0, plan.n)
-    return _scalar_functions(max_index + 1, seed, rounds)[1](position)
+    return _scalar_function(max_index + 1, seed, rounds, True)(position)
 
 
 def _checked_array(values: Any, name: str, n: int) -> np.ndarray:
