@@ -189,6 +189,15 @@ class MixingSchedule:
             *(n * self._period // w for n, w in zip(values, self._weights, strict=True) if w),
         )
 
+    def _nonempty_epoch_length(self, values: list[int]) -> int:
+        length = self.epoch_length(values)
+        if length == 0:
+            raise ValueError(
+                f"a mixed epoch is empty: a component with weight > 0 has length 0 "
+                f"(lengths={values})."
+            )
+        return length
+
     def _component_epoch_sizes(self, values: list[int], length: int) -> list[int]:
         # An infinite component (sys.maxsize) has no epochs to restart: the
         # mixture continues through it, each mixed epoch taking its share.
@@ -202,12 +211,7 @@ class MixingSchedule:
         mixed epoch e, so a component that reshuffles per epoch does so here too.
         """
         values = self._check_lengths(lengths)
-        length = self.epoch_length(values)
-        if length == 0:
-            raise ValueError(
-                f"a mixed epoch is empty: a component with weight > 0 has length 0 "
-                f"(lengths={values})."
-            )
+        length = self._nonempty_epoch_length(values)
         epoch, offset = divmod(_validate.int_in_range(position, "position", 0), length)
         component, index = self.lookup(offset)
         return component, epoch * self._component_epoch_sizes(values, length)[component] + index
@@ -217,12 +221,7 @@ class MixingSchedule:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Vectorized `lookup_epochs`."""
         values = self._check_lengths(lengths)
-        length = self.epoch_length(values)
-        if length == 0:
-            raise ValueError(
-                f"a mixed epoch is empty: a component with weight > 0 has length 0 "
-                f"(lengths={values})."
-            )
+        length = self._nonempty_epoch_length(values)
         array = _validate.index_array(positions, "positions").astype(np.int64)
         if array.size and int(array.min()) < 0:
             raise ValueError(f"`positions` must be >= 0, got {int(array.min())}.")

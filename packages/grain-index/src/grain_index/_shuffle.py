@@ -177,6 +177,7 @@ def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> in
 
     ``index_unshuffle(index_shuffle(i, m, s, r), m, s, r) == i`` for every i.
     """
+    # The same inline check as `index_shuffle`: a helper call would cost ~10% per call.
     if not (
         type(position) is int
         and type(max_index) is int
