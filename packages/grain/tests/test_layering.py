@@ -8,29 +8,45 @@ can hide or fake a violation.
 Rules checked:
   * a layer never loads a module of a layer above it, nor any `grain*` module
     that it does not depend on (DESIGN.md's table);
+  * each distribution declares exactly the dependencies of that table;
   * `grain_index` adds nothing but the standard library and numpy;
   * jax, orbax (and, for `grain`, tensorflow and torch) are imported lazily,
     never at package import time.
 """
 
+import importlib
+import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
-# Lowest first, each with the grain packages it declares (directly or through
-# another) in DESIGN.md's table: it may load only those and itself. grain_sources
-# sits above grain_index but does not depend on it, so it may not load it either.
-LAYERS = ("grain_index", "grain_sources", "grain_dataset", "grain_mp", "grain_jax", "grain")
-ALLOWED_GRAIN = {
-    "grain_index": set(),
-    "grain_sources": set(),
-    "grain_dataset": {"grain_index", "grain_sources"},
-    "grain_mp": {"grain_index", "grain_sources", "grain_dataset"},
-    "grain_jax": {"grain_index", "grain_sources", "grain_dataset", "grain_mp"},
-    "grain": set(LAYERS),
+# DESIGN.md's layer table: each distribution and what it declares, lowest first.
+DEPENDENCIES = {
+    "grain-index": {"numpy"},
+    "grain-sources": {"numpy", "array-record"},
+    "grain-dataset": {"grain-index", "grain-sources"},
+    "grain-mp": {"grain-dataset"},
+    "grain-jax": {"grain-dataset", "grain-mp", "jax", "orbax-checkpoint"},
+    "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-jax"},
 }
+LAYERS = tuple(name.replace("-", "_") for name in DEPENDENCIES)
+
+
+def _grain_closure(distribution):
+    """Import names of the grain packages `distribution` depends on, directly or not."""
+    found = set()
+    for dependency in DEPENDENCIES[distribution]:
+        if dependency in DEPENDENCIES:
+            found |= {dependency.replace("-", "_")} | _grain_closure(dependency)
+    return found
+
+
+# A package may load only itself and the grain packages it depends on. grain_sources
+# sits above grain_index but does not depend on it, so it may not load it either.
+ALLOWED_GRAIN = {name.replace("-", "_"): _grain_closure(name) for name in DEPENDENCIES}
 
 # Heavy frameworks that must not be imported just by importing a package.
 EAGER_FORBIDDEN = {
@@ -115,3 +131,18 @@ def test_import_respects_layers(package, tmp_path):
         f"`import {package}` eagerly imported {eager}; import them inside the "
         "functions that need them."
     )
+
+
+@pytest.mark.parametrize("distribution", sorted(DEPENDENCIES))
+def test_declared_dependencies_match_the_layer_table(distribution):
+    requirements = importlib.metadata.requires(distribution) or []
+    # Optional extras ("; extra == ...") are not part of the layer's contract.
+    required = {
+        re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+        for requirement in requirements
+        if "extra ==" not in requirement
+    }
+    assert required == DEPENDENCIES[distribution]
+    assert importlib.metadata.version(distribution) == "0.1.0"
+    module = importlib.import_module(distribution.replace("-", "_"))
+    assert "Layout:" in (module.__doc__ or ""), "each package opens with a layout docstring"
