@@ -1,10 +1,64 @@
 """grain_dataset: MapDataset, IterDataset and DatasetIterator.
 
-Layout: the dataset layer, above grain_index and grain_sources and below
-grain_mp. It will own every transformation and the exact iterator state.
+Layout: the dataset layer, above grain_index (index math) and grain_sources,
+below grain_mp. `_base` holds the three base classes and nothing else; each
+transformation is a module of its own that registers itself with `_base`, so
+importing this package attaches them all:
 
-Not built yet: this package holds only its face. Its API arrives with the
-issue that builds the layer; nothing here pretends to work.
+  _source, _map, _shuffle, _slice, _batch, _combine, _seeding   MapDataset stages
+  _prefetch                                                     to_iter_dataset's threads
+  _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
+  _transforms, _tree, _options                                  protocols, batching, options
+  _conformance                                                  the checkpoint contract check
 """
 
-__all__: list[str] = []
+from grain_dataset import (  # noqa: F401 - each registers its transformations with _base
+    _batch,
+    _combine,
+    _iter_map,
+    _iter_mix,
+    _map,
+    _mp_hook,
+    _prefetch,
+    _seeding,
+    _shuffle,
+    _slice,
+    _source,
+)
+from grain_dataset._base import DatasetIterator as DatasetIterator
+from grain_dataset._base import IterDataset as IterDataset
+from grain_dataset._base import MapDataset as MapDataset
+from grain_dataset._conformance import (
+    assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
+)
+from grain_dataset._options import DatasetOptions as DatasetOptions
+from grain_dataset._options import ReadOptions as ReadOptions
+from grain_dataset._transforms import Batch as Batch
+from grain_dataset._transforms import DatasetSelectionMap as DatasetSelectionMap
+from grain_dataset._transforms import FilterTransform as FilterTransform
+from grain_dataset._transforms import FlatMapTransform as FlatMapTransform
+from grain_dataset._transforms import MapTransform as MapTransform
+from grain_dataset._transforms import MapWithIndex as MapWithIndex
+from grain_dataset._transforms import RandomMapTransform as RandomMapTransform
+from grain_dataset._transforms import Transformation as Transformation
+from grain_dataset._tree import stack as stack
+from grain_dataset._with_options import WithOptionsIterDataset as WithOptionsIterDataset
+
+__all__ = [
+    "Batch",
+    "DatasetIterator",
+    "DatasetOptions",
+    "DatasetSelectionMap",
+    "FilterTransform",
+    "FlatMapTransform",
+    "IterDataset",
+    "MapDataset",
+    "MapTransform",
+    "MapWithIndex",
+    "RandomMapTransform",
+    "ReadOptions",
+    "Transformation",
+    "WithOptionsIterDataset",
+    "assert_equal_output_after_checkpoint",
+    "stack",
+]

@@ -1,0 +1,513 @@
+"""The dataset model: MapDataset ~ Sequence, IterDataset ~ Iterable, DatasetIterator ~ Iterator.
+
+    MapDataset      lazy, immutable, random access: ds[i] computes element i.
+                    Indices >= len(ds) are later epochs (reshuffled, new random
+                    numbers); None at an index marks a filtered position.
+    IterDataset     lazy, immutable, iterable only; `to_iter_dataset()` makes
+                    one from a MapDataset.
+    DatasetIterator the stateful iterator of an IterDataset. Its state is a few
+                    integer positions (`get_state`), never buffered data, and
+                    `set_state` on a fresh iterator continues exactly.
+
+This module holds only the three base classes. Every transformation lives in a
+module of its own and registers its builder under a name (`register`); the
+methods below look the builder up, so the base never imports a transformation
+and no import cycle can arise.
+"""
+
+from __future__ import annotations
+
+import abc
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+import numpy as np
+
+from grain_index import _validate, derive_seed
+
+if TYPE_CHECKING:
+    from grain_dataset._options import DatasetOptions, ReadOptions
+    from grain_dataset._transforms import DatasetSelectionMap
+
+T = TypeVar("T")
+S = TypeVar("S")
+
+INFINITE = sys.maxsize
+"""The length of an infinite MapDataset (as `len(ds.repeat())` reports it)."""
+
+_BUILDERS: dict[str, Callable[..., Any]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Registers the builder that a base-class method named `name` delegates to."""
+
+    def decorate(builder: Callable[..., Any]) -> Callable[..., Any]:
+        _BUILDERS[name] = builder
+        return builder
+
+    return decorate
+
+
+def _build(name: str, *args: Any, **kwargs: Any) -> Any:
+    try:
+        builder = _BUILDERS[name]
+    except KeyError:
+        raise RuntimeError(
+            f"the `{name}` transformation is not registered: import grain_dataset "
+            "(not only grain_dataset._base) before building pipelines."
+        ) from None
+    return builder(*args, **kwargs)
+
+
+def _as_parents(parents: Any) -> tuple[Any, ...]:
+    if isinstance(parents, _Dataset | DatasetIterator):
+        return (parents,)
+    return tuple(parents)
+
+
+_INIT_FIELDS = frozenset({"_parents", "_seed_base", "_depth", "_ctx"})
+
+
+class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' methods
+    """What MapDataset and IterDataset share: parents, seeds and `pipe`."""
+
+    def __init__(self, parents: Any = ()):
+        self._parents = _as_parents(parents)
+        for parent in self._parents:
+            if not isinstance(parent, _Dataset):
+                raise TypeError(
+                    f"parents of {type(self).__name__} must be MapDataset or IterDataset, "
+                    f"got {type(parent).__name__}."
+                )
+        bases = [parent._seed_base for parent in self._parents]
+        if not bases or all(base is None for base in bases):
+            self._seed_base: int | None = None
+        elif len(bases) == 1:
+            self._seed_base = bases[0]
+        else:
+            # A mixture's random stages draw from all of its parents' seeds.
+            words = ["unseeded" if base is None else base for base in bases]
+            self._seed_base = derive_seed(0, "combine", *words)
+        self._depth = 1 + max((parent._depth for parent in self._parents), default=-1)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails: a subclass skipped our __init__.
+        if name in _INIT_FIELDS:
+            raise AttributeError(
+                f"{type(self).__name__} has no `{name}`: its __init__ must call "
+                "super().__init__(parents)."
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def parents(self) -> Sequence[Any]:
+        """The datasets this one reads from."""
+        return self._parents
+
+    @property
+    def _default_seed(self) -> int | None:
+        """This stage's seed under `ds.seed(...)`, from its position in the pipeline."""
+        if self._seed_base is None:
+            return None
+        return derive_seed(self._seed_base, "default_seed", self._depth)
+
+    def pipe(self, func: Callable[..., S], /, *args: Any, **kwargs: Any) -> S:
+        """Returns ``func(self, *args, **kwargs)``, to chain any transformation.
+
+        Example::
+
+            ds = grain.MapDataset.range(1000).pipe(
+                grain.experimental.WindowShuffleMapDataset, window_size=128, seed=0
+            )
+        """
+        return func(self, *args, **kwargs)
+
+
+def check_index(index: Any, length: int) -> int:
+    """Returns `index` as a non-negative int; negatives count from the end of epoch 0."""
+    if type(index) is not int:
+        index = _validate.as_int(index, "index")
+    if index < 0:
+        if index < -length:
+            raise IndexError(
+                f"index {index} is out of range for a dataset of length {length}: "
+                "negative indices count back from the end of the first epoch."
+            )
+        index += length
+    if length == 0:
+        raise IndexError("the dataset is empty: it has no element at any index.")
+    return index
+
+
+class MapDataset(_Dataset, Generic[T]):
+    """A dataset with efficient random access, like an infinite, lazy `Sequence`.
+
+    Transformations return new datasets; a MapDataset is never modified.
+    ``len(ds)`` is one epoch; ``ds[i]`` for ``i >= len(ds)`` is an element of a
+    later epoch (a shuffle reshuffles, random maps draw new numbers) and never
+    raises IndexError. ``ds[i]`` is None where a filter removed the element.
+
+    Writing a source as a MapDataset::
+
+        class Squares(grain.MapDataset):
+            def __init__(self, n):
+                super().__init__()
+                self._n = n
+
+            def __len__(self):
+                return self._n
+
+            def __getitem__(self, index):
+                if isinstance(index, slice):
+                    return self.slice(index)
+                return (index % self._n) ** 2
+
+        list(Squares(4).map(lambda x: x + 1))  # [1, 2, 5, 10]
+    """
+
+    # -- factories -----------------------------------------------------------------
+
+    @staticmethod
+    def source(source: Any) -> MapDataset[Any]:
+        """Returns a dataset reading a random-access source or a Sequence.
+
+        Example::
+
+            list(MapDataset.source([1, 2, 3])) == [1, 2, 3]
+        """
+        return _build("source", source)
+
+    @staticmethod
+    def range(start: int, stop: int | None = None, step: int = 1) -> MapDataset[int]:
+        """Returns a dataset of the integers of ``range(start, stop, step)``."""
+        return _build("range", start, stop, step)
+
+    @staticmethod
+    def concatenate(datasets: Sequence[MapDataset[T]]) -> MapDataset[T]:
+        """Returns the elements of all `datasets`, one after the other.
+
+        Epoch n of the result is epoch n of every component.
+        """
+        return _build("concatenate", datasets)
+
+    @staticmethod
+    def mix(datasets: Sequence[MapDataset[T]], weights: Sequence[float] | None = None) -> Any:
+        """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
+
+        An epoch ends when the component that runs out first (for its weight) is
+        used up; repeat the components first for an endless mixture.
+
+        Example::
+
+            list(MapDataset.mix([MapDataset.range(5), MapDataset.range(7, 10)]))
+            # [0, 7, 1, 8, 2, 9]
+        """
+        return _build("map_mix", datasets, weights)
+
+    @staticmethod
+    def select_from_datasets(
+        datasets: Sequence[MapDataset[T]], selection_map: DatasetSelectionMap
+    ) -> MapDataset[T]:
+        """Returns the elements that `selection_map` picks from `datasets`, position by position."""
+        return _build("select_from_datasets", datasets, selection_map)
+
+    # -- the contract ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """The length of one epoch."""
+
+    @overload
+    def __getitem__(self, index: slice) -> MapDataset[T]: ...
+
+    @overload
+    def __getitem__(self, index: int) -> T | None: ...
+
+    @abc.abstractmethod
+    def __getitem__(self, index: Any) -> Any:
+        """Returns element `index` (None if filtered out), or a sliced dataset for a slice."""
+
+    def _getitem(self, index: int) -> T | None:
+        """Element `index` (an int >= 0); built-in stages override this, not __getitem__."""
+        return self[index]
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        """Elements at `indices` (int64 array); stages that can vectorize override this."""
+        return [self._getitem(index) for index in indices.tolist()]
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return iter(self.to_iter_dataset())
+
+    # -- transformations -------------------------------------------------------------
+
+    def map(self, transform: Any) -> MapDataset[Any]:
+        """Returns a dataset of ``transform(element)`` (a MapTransform or a callable)."""
+        return _build("map", self, transform)
+
+    def map_with_index(self, transform: Any) -> MapDataset[Any]:
+        """Returns a dataset of ``transform(index, element)``."""
+        return _build("map_with_index", self, transform)
+
+    def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]:
+        """Returns a dataset of ``transform(element, rng)``.
+
+        `rng` is a `np.random.Generator` seeded from the stage's seed and the
+        element's index, so an element's random numbers never depend on which
+        elements were read before it. The seed is `seed` (in [0, 2**32)) or,
+        if None, derived from ``ds.seed(...)`` upstream.
+        """
+        return _build("random_map", self, transform, seed)
+
+    def filter(self, transform: Any) -> MapDataset[T]:
+        """Returns a dataset where elements failing `transform` read as None.
+
+        Iterating skips the None positions.
+        """
+        return _build("filter", self, transform)
+
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[Sequence[T]], S] | None = None,
+    ) -> MapDataset[S]:
+        """Returns a dataset of batches of `batch_size` consecutive elements.
+
+        The default `batch_fn` stacks the PyTree leaves along a new first axis.
+        Filtered (None) positions are left out of their batch; a batch whose
+        positions are all filtered is None.
+        """
+        return _build("map_batch", self, batch_size, drop_remainder, batch_fn)
+
+    def shuffle(self, seed: int | None = None) -> MapDataset[T]:
+        """Returns the same elements in a global order that is new in every epoch.
+
+        `seed` is an int in [0, 2**32); if None the seed is derived from
+        ``ds.seed(...)`` upstream, and without either this raises ValueError.
+        """
+        return _build("shuffle", self, seed)
+
+    def slice(self, sl: slice) -> MapDataset[T]:
+        """Returns the elements at the indices of `sl`; ``ds[sl]`` does the same."""
+        return _build("slice", self, sl)
+
+    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+        """Returns `num_epochs` epochs of this dataset (None: infinitely many).
+
+        ``len(ds.repeat())`` is ``sys.maxsize``. Epochs stay distinct: a shuffle
+        before the repeat reshuffles each one.
+        """
+        return _build("repeat", self, num_epochs)
+
+    def seed(self, seed: int) -> MapDataset[T]:
+        """Returns this dataset with `seed` as the seed of every later random stage.
+
+        Each downstream random stage without its own ``seed=`` derives a
+        distinct seed from `seed` and its position in the pipeline.
+        """
+        return _build("map_seed", self, seed)
+
+    def to_iter_dataset(
+        self, read_options: ReadOptions | None = None, *, allow_nones: bool = False
+    ) -> IterDataset[T]:
+        """Returns an IterDataset over one epoch, read ahead by a thread pool.
+
+        Args:
+          read_options: threads and buffer of the read-ahead; default
+            ``ReadOptions()`` (16 threads, 500 elements).
+          allow_nones: yield the None of filtered positions instead of skipping them.
+        """
+        return _build("to_iter_dataset", self, read_options, allow_nones)
+
+
+class IterDataset(_Dataset, Generic[T]):
+    """A dataset that can only be iterated, like a lazy `Iterable`.
+
+    `iter(ds)` returns a `DatasetIterator` whose position can be saved and
+    restored. Writing one::
+
+        class Countdown(grain.IterDataset):
+            def __init__(self, n):
+                super().__init__()
+                self._n = n
+
+            def __iter__(self):
+                return CountdownIterator(self._n)   # a grain.DatasetIterator
+    """
+
+    @staticmethod
+    def mix(datasets: Sequence[IterDataset[T]], weights: Sequence[float] | None = None) -> Any:
+        """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
+
+        It stops as soon as the component it needs next is exhausted.
+
+        Example::
+
+            ds1 = MapDataset.range(5).to_iter_dataset()
+            ds2 = MapDataset.range(7, 10).to_iter_dataset()
+            list(IterDataset.mix([ds1, ds2]))  # [0, 7, 1, 8, 2, 9, 3]
+        """
+        return _build("iter_mix", datasets, weights)
+
+    @abc.abstractmethod
+    def __iter__(self) -> DatasetIterator[T]:
+        """Returns a new iterator at the start of this dataset."""
+
+    def map(self, transform: Any) -> IterDataset[Any]:
+        """Returns a dataset of ``transform(element)`` (a MapTransform or a callable)."""
+        return _build("iter_map", self, transform)
+
+    def map_with_index(self, transform: Any) -> IterDataset[Any]:
+        """Returns a dataset of ``transform(index, element)``, index counting from 0."""
+        return _build("iter_map_with_index", self, transform)
+
+    def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset[Any]:
+        """Returns a dataset of ``transform(element, rng)``.
+
+        `rng` is seeded from the stage seed and the element's position in this
+        dataset's output, which the iterator state records.
+        """
+        return _build("iter_random_map", self, transform, seed)
+
+    def filter(self, transform: Any) -> IterDataset[T]:
+        """Returns a dataset of the elements for which `transform` is true."""
+        return _build("iter_filter", self, transform)
+
+    def batch(
+        self,
+        batch_size: int,
+        *,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[Sequence[T]], S] | None = None,
+    ) -> IterDataset[S]:
+        """Returns a dataset of batches of `batch_size` consecutive elements."""
+        return _build("iter_batch", self, batch_size, drop_remainder, batch_fn)
+
+    def seed(self, seed: int) -> IterDataset[T]:
+        """Returns this dataset with `seed` as the seed of every later random stage."""
+        return _build("iter_seed", self, seed)
+
+    def mp_prefetch(
+        self, options: Any = None, worker_init_fn: Callable[[int, int], None] | None = None
+    ) -> IterDataset[T]:
+        """Returns a dataset that runs this pipeline in worker processes (grain-mp)."""
+        return _build("mp_prefetch", self, options, worker_init_fn)
+
+    def prefetch(self, multiprocessing_options: Any) -> IterDataset[T]:
+        """Deprecated: use `mp_prefetch`."""
+        return self.mp_prefetch(multiprocessing_options)
+
+
+class _IteratorContext:
+    """What all iterators of one pipeline share: its DatasetOptions."""
+
+    __slots__ = ("dataset_options",)
+
+    def __init__(self, dataset_options: DatasetOptions | None = None):
+        self.dataset_options = dataset_options
+
+
+class DatasetIterator(Iterator[T], abc.ABC):
+    """The iterator of an IterDataset, with a state that can be saved and restored.
+
+    The contract, for every iterator:
+      ``__next__()``      the next element, or StopIteration at the end.
+      ``get_state()``     a small JSON-serializable dict of integers saying where
+                          the iterator is; never the data itself.
+      ``set_state(s)``    moves this iterator to where `s` was taken, so that it
+                          continues with exactly the elements that followed.
+
+    A transformation's iterator wraps its parents' iterators; pass them to
+    ``super().__init__(parents)``. Example::
+
+        class CountIterator(grain.DatasetIterator):
+            def __init__(self, stop):
+                super().__init__()
+                self._next, self._stop = 0, stop
+
+            def __next__(self):
+                if self._next >= self._stop:
+                    raise StopIteration
+                self._next += 1
+                return self._next - 1
+
+            def get_state(self):
+                return {"next": self._next}
+
+            def set_state(self, state):
+                self._next = state["next"]
+
+    Iterators are not thread-safe: use each from one thread at a time.
+    """
+
+    def __init__(self, parents: Any = ()):
+        self._parents = _as_parents(parents)
+        self._ctx = _IteratorContext()
+        for parent in self._parents:
+            if not isinstance(parent, DatasetIterator):
+                raise TypeError(
+                    f"parents of {type(self).__name__} must be DatasetIterators, "
+                    f"got {type(parent).__name__}."
+                )
+            _adopt(self._ctx, parent)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _INIT_FIELDS:
+            raise AttributeError(
+                f"{type(self).__name__} has no `{name}`: its __init__ must call "
+                "super().__init__(parents)."
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def parents(self) -> Sequence[DatasetIterator[Any]]:
+        return self._parents
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return self
+
+    @abc.abstractmethod
+    def __next__(self) -> T:
+        """Returns the next element or raises StopIteration."""
+
+    @abc.abstractmethod
+    def get_state(self) -> dict[str, Any]:
+        """Returns where this iterator is, as a small JSON-serializable dict."""
+
+    @abc.abstractmethod
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Moves this iterator to the position `state` describes."""
+
+    def start_prefetch(self) -> None:
+        """Starts reading ahead in the background, where a stage can (threads, workers)."""
+        for parent in self._parents:
+            parent.start_prefetch()
+
+    def close(self) -> None:
+        """Stops background threads of this iterator and its parents; idempotent."""
+        for parent in self._parents:
+            parent.close()
+
+    def __enter__(self) -> DatasetIterator[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
+    """Makes `iterator` and its ancestors share `ctx`, merging their options into it."""
+    own = iterator.__dict__.get("_ctx")
+    if own is ctx:
+        return
+    if own is not None and own.dataset_options is not None:
+        ctx.dataset_options = (
+            own.dataset_options
+            if ctx.dataset_options is None
+            else ctx.dataset_options.merge(own.dataset_options)
+        )
+    iterator.__dict__["_ctx"] = ctx
+    for parent in iterator.__dict__.get("_parents", ()):
+        _adopt(ctx, parent)

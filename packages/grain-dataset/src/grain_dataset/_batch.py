@@ -1,0 +1,175 @@
+"""Batching: consecutive elements stacked into one, for MapDataset and IterDataset.
+
+MapDataset: batch b of epoch e holds parent indices
+``e * len(parent) + [b * size, min((b + 1) * size, len(parent)))``, so a batch
+never spans two epochs. Filtered (None) positions are left out of their batch,
+and a batch with nothing left is None. IterDataset: the next `batch_size`
+elements of the parent; the state is the parent's, since a batch is always
+complete when `get_state` can be called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._errors import note_stage
+from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
+from grain_dataset._tree import stack
+from grain_index import _validate
+
+_INFINITE_LENGTH = (1 << 63) - 1
+
+
+def _check_args(batch_size: Any, drop_remainder: Any, batch_fn: Any) -> int:
+    batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
+    if not isinstance(drop_remainder, bool):
+        raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
+    if batch_fn is not None and not callable(batch_fn):
+        raise TypeError(
+            f"`batch_fn` must be a callable taking a list of elements, got {batch_fn!r}."
+        )
+    return batch_size
+
+
+class BatchMapDataset(MapStage):
+    """Batches of `batch_size` consecutive elements of the parent."""
+
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        batch_size: int,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[Sequence[Any]], Any] | None = None,
+    ):
+        super().__init__(parent)
+        self._batch_size = _check_args(batch_size, drop_remainder, batch_fn)
+        self._drop_remainder = drop_remainder
+        self._batch_fn = stack if batch_fn is None else batch_fn
+        self._parent = parent
+        self._parent_length = len(parent)
+        if is_infinite(self._parent_length):
+            self._length = _INFINITE_LENGTH
+        elif drop_remainder:
+            self._length = self._parent_length // self._batch_size
+        else:
+            self._length = -(-self._parent_length // self._batch_size)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _combine(self, values: list[Any]) -> Any:
+        values = [value for value in values if value is not None]
+        if not values:
+            return None
+        try:
+            return self._batch_fn(values)
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+    def _bounds(self, index: int) -> tuple[int, int]:
+        if is_infinite(self._parent_length):
+            return index * self._batch_size, (index + 1) * self._batch_size
+        epoch, batch = divmod(index, self._length)
+        start = batch * self._batch_size
+        stop = min(start + self._batch_size, self._parent_length)
+        return epoch * self._parent_length + start, epoch * self._parent_length + stop
+
+    def _getitem(self, index: int) -> Any:
+        start, stop = self._bounds(index)
+        return self._combine(self._parent._getitems(np.arange(start, stop, dtype=np.int64)))
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        size = self._batch_size
+        if not self._length:
+            raise IndexError("the dataset is empty: it has no element at any index.")
+        if is_infinite(self._parent_length):
+            if not fits_int64(indices, _INFINITE_LENGTH // size, _INFINITE_LENGTH):
+                return super()._getitems(indices)
+            starts = indices * size
+            sizes = np.full(indices.shape, size, dtype=np.int64)
+        else:
+            if not fits_int64(indices, self._length, self._parent_length):
+                return super()._getitems(indices)
+            epochs, batches = epochs_of(indices, self._length)
+            offsets = batches * size
+            sizes = np.minimum(size, self._parent_length - offsets)
+            starts = epochs * self._parent_length + offsets
+        total = int(sizes.sum())
+        # All parent indices of all batches in one array: each batch's start
+        # repeated over its size, plus the position within the batch.
+        ends = np.cumsum(sizes)
+        within = np.arange(total, dtype=np.int64) - np.repeat(ends - sizes, sizes)
+        values = self._parent._getitems(np.repeat(starts, sizes) + within)
+        bounds = [0, *ends.tolist()]
+        return [self._combine(values[bounds[k] : bounds[k + 1]]) for k in range(len(indices))]
+
+    def _describe(self) -> str:
+        return f"batch_size={self._batch_size}, drop_remainder={self._drop_remainder}"
+
+
+class BatchIterDataset(IterDataset[Any]):
+    """Batches of `batch_size` consecutive elements of the parent."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        batch_size: int,
+        drop_remainder: bool = False,
+        batch_fn: Callable[[Sequence[Any]], Any] | None = None,
+    ):
+        super().__init__(parent)
+        self._batch_size = _check_args(batch_size, drop_remainder, batch_fn)
+        self._drop_remainder = drop_remainder
+        self._batch_fn = stack if batch_fn is None else batch_fn
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _BatchIterator(self, iter(self._parents[0]))
+
+    def __repr__(self) -> str:
+        return (
+            f"BatchIterDataset(batch_size={self._batch_size}, "
+            f"drop_remainder={self._drop_remainder})"
+        )
+
+
+class _BatchIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: BatchIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+
+    def __next__(self) -> Any:
+        dataset = self._dataset
+        values = []
+        for value in self._parent:
+            values.append(value)
+            if len(values) == dataset._batch_size:
+                break
+        if not values or (dataset._drop_remainder and len(values) < dataset._batch_size):
+            raise StopIteration
+        try:
+            return dataset._batch_fn(values)
+        except Exception as error:
+            note_stage(error, dataset)
+            raise
+
+    def get_state(self) -> dict[str, Any]:
+        return self._parent.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._parent.set_state(state)
+
+
+@register("map_batch")
+def _map_batch(parent: Any, batch_size: int, drop_remainder: bool, batch_fn: Any) -> Any:
+    return BatchMapDataset(parent, batch_size, drop_remainder, batch_fn)
+
+
+@register("iter_batch")
+def _iter_batch(parent: Any, batch_size: int, drop_remainder: bool, batch_fn: Any) -> Any:
+    return BatchIterDataset(parent, batch_size, drop_remainder, batch_fn)

@@ -1,0 +1,191 @@
+"""MapDatasets built from several: concatenate, mix and select_from_datasets.
+
+All three turn an index into (component, index within the component) with
+integer arithmetic, vectorized over a batch of indices, then ask each
+component once for its share. Epoch e of the result reads epoch e of each
+component, so shuffled components reshuffle with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import INFINITE, MapDataset, register
+from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
+from grain_index import MixingSchedule, _validate
+
+
+def _check_datasets(datasets: Any, what: str) -> list[MapDataset[Any]]:
+    if isinstance(datasets, MapDataset) or not isinstance(datasets, Sequence):
+        raise TypeError(f"`datasets` of {what} must be a list of MapDatasets, got {datasets!r}.")
+    values = list(datasets)
+    if not values:
+        raise ValueError(f"`datasets` of {what} must not be empty.")
+    for i, dataset in enumerate(values):
+        if not isinstance(dataset, MapDataset):
+            raise TypeError(
+                f"`datasets[{i}]` of {what} must be a MapDataset, got {type(dataset).__name__}; "
+                "wrap sources with MapDataset.source(...)."
+            )
+    return values
+
+
+def _gather(
+    datasets: Sequence[MapDataset[Any]], components: np.ndarray, indices: np.ndarray
+) -> list[Any]:
+    """Reads indices[k] of datasets[components[k]], one call per component."""
+    result: list[Any] = [None] * len(indices)
+    for component in np.unique(components).tolist():
+        where = np.flatnonzero(components == component)
+        values = datasets[component]._getitems(indices[where])
+        for position, value in zip(where.tolist(), values, strict=True):
+            result[position] = value
+    return result
+
+
+class ConcatenateMapDataset(MapStage):
+    """The components' elements one after the other."""
+
+    def __init__(self, datasets: Sequence[MapDataset[Any]]):
+        datasets = _check_datasets(datasets, "concatenate")
+        super().__init__(datasets)
+        self._datasets = datasets
+        self._lengths = [len(dataset) for dataset in datasets]
+        for i, length in enumerate(self._lengths[:-1]):
+            if is_infinite(length):
+                raise ValueError(
+                    f"`datasets[{i}]` of concatenate is infinite, so the datasets after it "
+                    "would never be reached; only the last may be infinite."
+                )
+        self._length = min(INFINITE, sum(self._lengths))
+        self._starts = np.cumsum([0, *self._lengths[:-1]]).astype(np.int64)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _locate(self, index: int) -> tuple[int, int]:
+        epoch, offset = divmod(index, self._length)
+        component = int(np.searchsorted(self._starts, offset, side="right")) - 1
+        within = offset - int(self._starts[component])
+        return component, epoch * self._lengths[component] + within
+
+    def _getitem(self, index: int) -> Any:
+        component, within = self._locate(index)  # see _getitems for the empty components
+        return self._datasets[component]._getitem(within)
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        if not self._length:
+            raise IndexError("the dataset is empty: it has no element at any index.")
+        if not fits_int64(indices, self._length, max(self._lengths)):
+            return super()._getitems(indices)
+        epochs, offsets = epochs_of(indices, self._length)
+        # The last start <= offset: an empty component shares its start with the
+        # next one, so side="right" never lands on it.
+        components = np.searchsorted(self._starts, offsets, side="right") - 1
+        lengths = np.asarray(self._lengths, dtype=np.int64)
+        within = epochs * lengths[components] + offsets - self._starts[components]
+        return _gather(self._datasets, components, within)
+
+    def _describe(self) -> str:
+        return f"lengths={self._lengths}"
+
+
+class MixedMapDataset(MapStage):
+    """The components interleaved in proportion to their weights."""
+
+    def __init__(self, datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None):
+        datasets = _check_datasets(datasets, "mix")
+        super().__init__(datasets)
+        if weights is None:
+            weights = [1.0] * len(datasets)
+        weights = list(weights) if isinstance(weights, Sequence | np.ndarray) else weights
+        if not isinstance(weights, list):
+            raise TypeError(f"`weights` of mix must be a list of numbers, got {weights!r}.")
+        if len(weights) != len(datasets):
+            raise ValueError(
+                f"`weights` of mix must have one weight per dataset: got {len(weights)} "
+                f"weights for {len(datasets)} datasets."
+            )
+        self._schedule = MixingSchedule(weights)
+        self._datasets = datasets
+        self._lengths = [len(dataset) for dataset in datasets]
+        self._length = self._schedule.epoch_length(self._lengths)
+        self._weights = weights
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        component, within = self._schedule.lookup_epochs(index, self._lengths)
+        return self._datasets[component]._getitem(within)
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        if not self._length:
+            raise IndexError("the dataset is empty: a component with weight > 0 is empty.")
+        try:
+            components, within = self._schedule.lookup_epochs_array(indices, self._lengths)
+        except OverflowError:
+            return super()._getitems(indices)
+        return _gather(self._datasets, components, within)
+
+    def _describe(self) -> str:
+        return f"weights={self._weights}, lengths={self._lengths}"
+
+
+class SelectionMapDataset(MapStage):
+    """The elements a DatasetSelectionMap picks; every epoch repeats its choices."""
+
+    def __init__(self, datasets: Sequence[MapDataset[Any]], selection_map: Any):
+        datasets = _check_datasets(datasets, "select_from_datasets")
+        super().__init__(datasets)
+        if not (hasattr(selection_map, "__len__") and hasattr(selection_map, "__getitem__")):
+            raise TypeError(
+                "`selection_map` must be a grain.transforms.DatasetSelectionMap (`__len__`, "
+                "and `__getitem__` returning (dataset index, index within it)), "
+                f"got {selection_map!r}."
+            )
+        self._datasets = datasets
+        self._selection_map = selection_map
+        self._length = _validate.int_in_range(len(selection_map), "len(selection_map)", 0)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        selected = self._selection_map[index % self._length]
+        try:
+            component, within = selected
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"selection_map[{index % self._length}] must be a pair (dataset index, "
+                f"index within it), got {selected!r}."
+            ) from None
+        component = _validate.int_in_range(
+            component,
+            f"dataset index of selection_map[{index % self._length}]",
+            0,
+            len(self._datasets),
+        )
+        within = _validate.int_in_range(within, "index within the selected dataset", 0)
+        return self._datasets[component]._getitem(within)
+
+    def _describe(self) -> str:
+        return f"selection_map={type(self._selection_map).__name__}, len={self._length}"
+
+
+@register("concatenate")
+def _concatenate(datasets: Any) -> ConcatenateMapDataset:
+    return ConcatenateMapDataset(datasets)
+
+
+@register("map_mix")
+def _map_mix(datasets: Any, weights: Any) -> MixedMapDataset:
+    return MixedMapDataset(datasets, weights)
+
+
+@register("select_from_datasets")
+def _select(datasets: Any, selection_map: Any) -> SelectionMapDataset:
+    return SelectionMapDataset(datasets, selection_map)

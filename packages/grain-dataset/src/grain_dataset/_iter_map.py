@@ -1,0 +1,199 @@
+"""Element-wise IterDataset stages: map, map_with_index, random_map and filter.
+
+map and filter keep no state of their own: their state is their parent's.
+map_with_index and random_map count the elements they have produced (the
+index they pass on, and the key of each element's generator); the count is
+their state, beside the parent's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grain_dataset import _transforms
+from grain_dataset._base import DatasetIterator, IterDataset, register
+from grain_dataset._errors import note_stage
+from grain_dataset._filter_check import FilterRatioCheck, options_of
+from grain_dataset._rng import element_rng
+from grain_dataset._seeding import stage_seed
+from grain_dataset._state import check_state
+
+_CHECK_EVERY = 256
+
+
+class _ElementwiseIterDataset(IterDataset[Any]):
+    _kind = ""
+
+    def __init__(self, parent: IterDataset[Any], transform: Any):
+        super().__init__(parent)
+        self._transform = transform
+        self._fn = _transforms.as_function(transform, self._kind)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({_transforms.describe(self._transform)})"
+
+
+class MapIterDataset(_ElementwiseIterDataset):
+    """``transform(element)`` for each element."""
+
+    _kind = "map"
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MapIterator(self, iter(self._parents[0]))
+
+
+class _MapIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: MapIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._fn = dataset._fn
+
+    def __next__(self) -> Any:
+        value = next(self._parent)
+        try:
+            return self._fn(value)
+        except Exception as error:
+            note_stage(error, self._dataset)
+            raise
+
+    def get_state(self) -> dict[str, Any]:
+        return self._parent.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._parent.set_state(state)
+
+
+class FilterIterDataset(_ElementwiseIterDataset):
+    """The elements for which ``transform(element)`` is true."""
+
+    _kind = "filter"
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _FilterIterator(self, iter(self._parents[0]))
+
+
+class _FilterIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: FilterIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._fn = dataset._fn
+        self._check = FilterRatioCheck(repr(dataset))
+        self._seen = 0
+        self._dropped = 0
+
+    def _report(self) -> None:
+        seen, dropped = self._seen, self._dropped
+        self._seen = self._dropped = 0
+        self._check.add(seen, dropped, options_of(self))
+
+    def __next__(self) -> Any:
+        fn = self._fn
+        while True:
+            try:
+                value = next(self._parent)
+            except StopIteration:
+                self._report()
+                raise
+            try:
+                keep = fn(value)
+            except Exception as error:
+                note_stage(error, self._dataset)
+                raise
+            self._seen += 1
+            if self._seen >= _CHECK_EVERY:
+                self._report()
+            if keep:
+                return value
+            self._dropped += 1
+
+    def get_state(self) -> dict[str, Any]:
+        return self._parent.get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._parent.set_state(state)
+
+
+class _CountingIterator(DatasetIterator[Any]):
+    """An iterator whose state is its parent's plus the number of elements it produced."""
+
+    def __init__(self, dataset: _ElementwiseIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._fn = dataset._fn
+        self._index = 0
+
+    def _apply(self, index: int, value: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __next__(self) -> Any:
+        value = next(self._parent)
+        try:
+            result = self._apply(self._index, value)
+        except Exception as error:
+            note_stage(error, self._dataset)
+            raise
+        self._index += 1
+        return result
+
+    def get_state(self) -> dict[str, Any]:
+        return {"index": self._index, "parent": self._parent.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, repr(self._dataset), ("index", "parent"))
+        self._parent.set_state(state["parent"])
+        self._index = state["index"]
+
+
+class MapWithIndexIterDataset(_ElementwiseIterDataset):
+    """``transform(index, element)``, the index counting this dataset's elements from 0."""
+
+    _kind = "map_with_index"
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MapWithIndexIterator(self, iter(self._parents[0]))
+
+
+class _MapWithIndexIterator(_CountingIterator):
+    def _apply(self, index: int, value: Any) -> Any:
+        return self._fn(index, value)
+
+
+class RandomMapIterDataset(_ElementwiseIterDataset):
+    """``transform(element, rng)`` with `rng` keyed by (stage seed, element count)."""
+
+    _kind = "random_map"
+
+    def __init__(self, parent: IterDataset[Any], transform: Any, seed: int | None = None):
+        super().__init__(parent, transform)
+        self._seed = stage_seed(self, seed, "random_map")
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _RandomMapIterator(self, iter(self._parents[0]))
+
+
+class _RandomMapIterator(_CountingIterator):
+    def _apply(self, index: int, value: Any) -> Any:
+        return self._fn(value, element_rng(self._dataset._seed, index))
+
+
+@register("iter_map")
+def _iter_map(parent: Any, transform: Any) -> MapIterDataset:
+    return MapIterDataset(parent, transform)
+
+
+@register("iter_map_with_index")
+def _iter_map_with_index(parent: Any, transform: Any) -> MapWithIndexIterDataset:
+    return MapWithIndexIterDataset(parent, transform)
+
+
+@register("iter_random_map")
+def _iter_random_map(parent: Any, transform: Any, seed: int | None) -> RandomMapIterDataset:
+    return RandomMapIterDataset(parent, transform, seed)
+
+
+@register("iter_filter")
+def _iter_filter(parent: Any, transform: Any) -> FilterIterDataset:
+    return FilterIterDataset(parent, transform)

@@ -1,0 +1,89 @@
+"""`IterDataset.mix`: interleave iterators in proportion to weights.
+
+Position p of the output reads the next element of component
+``MixingSchedule(weights).lookup(p)[0]``; the schedule is exact (every prefix
+within one element of each share) and needs no random numbers, so the state is
+the position plus each component's state. Output stops at the first position
+whose component is exhausted, as the API reference documents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._state import check_parents_state, check_state
+from grain_index import MixingSchedule
+
+
+class MixedIterDataset(IterDataset[Any]):
+    """The components interleaved in proportion to their weights."""
+
+    def __init__(self, datasets: Sequence[IterDataset[Any]], weights: Sequence[float] | None):
+        if isinstance(datasets, IterDataset | MapDataset) or not isinstance(datasets, Sequence):
+            raise TypeError(f"`datasets` of mix must be a list of IterDatasets, got {datasets!r}.")
+        datasets = list(datasets)
+        if not datasets:
+            raise ValueError("`datasets` of mix must not be empty.")
+        for i, dataset in enumerate(datasets):
+            if isinstance(dataset, MapDataset):
+                datasets[i] = dataset.to_iter_dataset()
+            elif not isinstance(dataset, IterDataset):
+                raise TypeError(
+                    f"`datasets[{i}]` of mix must be an IterDataset, got {type(dataset).__name__}."
+                )
+        super().__init__(datasets)
+        if weights is None:
+            weights = [1.0] * len(datasets)
+        if not isinstance(weights, Sequence | np.ndarray):
+            raise TypeError(f"`weights` of mix must be a list of numbers, got {weights!r}.")
+        if len(weights) != len(datasets):
+            raise ValueError(
+                f"`weights` of mix must have one weight per dataset: got {len(weights)} "
+                f"weights for {len(datasets)} datasets."
+            )
+        self._schedule = MixingSchedule(list(weights))
+        self._weights = list(weights)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MixedIterator(self, [iter(parent) for parent in self._parents])
+
+    def __repr__(self) -> str:
+        return f"MixedIterDataset(weights={self._weights})"
+
+
+class _MixedIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: MixedIterDataset, parents: list[DatasetIterator[Any]]):
+        super().__init__(parents)
+        self._dataset = dataset
+        self._iterators = parents
+        self._schedule = dataset._schedule
+        self._position = 0
+
+    def __next__(self) -> Any:
+        component, _ = self._schedule.lookup(self._position)
+        value = next(self._iterators[component])
+        self._position += 1
+        return value
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "position": self._position,
+            "parents": [iterator.get_state() for iterator in self._iterators],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        stage = repr(self._dataset)
+        check_state(state, stage, ("position", "parents"))
+        parents = check_parents_state(state, stage, len(self._iterators))
+        for iterator, parent_state in zip(self._iterators, parents, strict=True):
+            iterator.set_state(parent_state)
+        self._position = state["position"]
+
+
+@register("iter_mix")
+def _iter_mix(datasets: Any, weights: Any) -> MixedIterDataset:
+    return MixedIterDataset(datasets, weights)

@@ -1,0 +1,165 @@
+"""Element-wise MapDataset stages: map, map_with_index, random_map and filter.
+
+Each reads its parent's elements (in one call for many indices) and applies the
+user function to each non-None element; None (a filtered position) passes
+through untouched, so user functions never see it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grain_dataset import _transforms
+from grain_dataset._base import MapDataset, register
+from grain_dataset._errors import note_stage
+from grain_dataset._rng import element_rng
+from grain_dataset._seeding import stage_seed
+from grain_dataset._stage import MapStage
+
+
+class _ElementwiseMapDataset(MapStage):
+    _kind = ""
+
+    def __init__(self, parent: MapDataset[Any], transform: Any):
+        super().__init__(parent)
+        self._parent = parent
+        self._transform = transform
+        self._fn = _transforms.as_function(transform, self._kind)
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _describe(self) -> str:
+        return _transforms.describe(self._transform)
+
+
+class MapMapDataset(_ElementwiseMapDataset):
+    """``transform(element)`` for each element."""
+
+    _kind = "map"
+
+    def _getitem(self, index: int) -> Any:
+        value = self._parent._getitem(index)
+        if value is None:
+            return None
+        try:
+            return self._fn(value)
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        values = self._parent._getitems(indices)
+        fn = self._fn
+        try:
+            return [None if value is None else fn(value) for value in values]
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+
+class MapWithIndexMapDataset(_ElementwiseMapDataset):
+    """``transform(index, element)`` for each element."""
+
+    _kind = "map_with_index"
+
+    def _getitem(self, index: int) -> Any:
+        value = self._parent._getitem(index)
+        if value is None:
+            return None
+        try:
+            return self._fn(index, value)
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        values = self._parent._getitems(indices)
+        fn = self._fn
+        try:
+            return [
+                None if value is None else fn(index, value)
+                for index, value in zip(indices.tolist(), values, strict=True)
+            ]
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+
+class RandomMapMapDataset(_ElementwiseMapDataset):
+    """``transform(element, rng)`` with `rng` keyed by (stage seed, index)."""
+
+    _kind = "random_map"
+
+    def __init__(self, parent: MapDataset[Any], transform: Any, seed: int | None = None):
+        super().__init__(parent, transform)
+        self._seed = stage_seed(self, seed, "random_map")
+
+    def _getitem(self, index: int) -> Any:
+        value = self._parent._getitem(index)
+        if value is None:
+            return None
+        try:
+            return self._fn(value, element_rng(self._seed, index))
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        values = self._parent._getitems(indices)
+        fn, seed = self._fn, self._seed
+        try:
+            return [
+                None if value is None else fn(value, element_rng(seed, index))
+                for index, value in zip(indices.tolist(), values, strict=True)
+            ]
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+
+class FilterMapDataset(_ElementwiseMapDataset):
+    """The element where ``transform(element)`` is true, else None."""
+
+    _kind = "filter"
+
+    def _getitem(self, index: int) -> Any:
+        value = self._parent._getitem(index)
+        if value is None:
+            return None
+        try:
+            return value if self._fn(value) else None
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        values = self._parent._getitems(indices)
+        fn = self._fn
+        try:
+            return [None if value is None or not fn(value) else value for value in values]
+        except Exception as error:
+            note_stage(error, self)
+            raise
+
+
+@register("map")
+def _map(parent: Any, transform: Any) -> MapMapDataset:
+    return MapMapDataset(parent, transform)
+
+
+@register("map_with_index")
+def _map_with_index(parent: Any, transform: Any) -> MapWithIndexMapDataset:
+    return MapWithIndexMapDataset(parent, transform)
+
+
+@register("random_map")
+def _random_map(parent: Any, transform: Any, seed: int | None) -> RandomMapMapDataset:
+    return RandomMapMapDataset(parent, transform, seed)
+
+
+@register("filter")
+def _filter(parent: Any, transform: Any) -> FilterMapDataset:
+    return FilterMapDataset(parent, transform)

@@ -1,0 +1,278 @@
+"""`MapDataset.to_iter_dataset`: read ahead in a thread pool, hand out in order.
+
+The iterator walks positions 0 .. len(ds) - 1 of the MapDataset. Positions are
+read in *chunks* of consecutive indices, each one `_getitems` call, so a
+shuffle, a source or a batch sees many indices at once and can vectorize; the
+chunk size adapts to keep one chunk near `_TARGET_CHUNK_S` of work. With
+threads, chunks run in a small pool of daemon threads, at most
+`prefetch_buffer_size` elements in flight, and are consumed strictly in order.
+
+State: ``{"next_index": i}``, the position after the last element returned.
+Read-ahead never shows in it, so a state means the same thing whatever the
+thread count, and restoring it re-reads from i.
+
+Errors: if a chunk fails, the worker re-reads it element by element, so the
+elements before the failing one are still delivered and the exception (its
+original type, traceback and a note naming the stage) is raised exactly at the
+failing position; the iterator then stays there.
+
+Threads hold no reference to the iterator: dropping or closing it (or the
+garbage collector) stops them, and being daemons they never delay exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._filter_check import FilterRatioCheck, options_of
+from grain_dataset._options import ReadOptions
+from grain_dataset._state import check_state
+
+_TARGET_CHUNK_S = 0.002
+_FIRST_CHUNK = 8
+_MAX_CHUNK = 1024
+
+
+class PrefetchIterDataset(IterDataset[Any]):
+    """An IterDataset over one epoch of a MapDataset, read ahead by threads."""
+
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        read_options: ReadOptions | None = None,
+        allow_nones: bool = False,
+    ):
+        if not isinstance(parent, MapDataset):
+            raise TypeError(f"`parent` must be a MapDataset, got {type(parent).__name__}.")
+        super().__init__(parent)
+        if read_options is None:
+            read_options = ReadOptions()
+        if not isinstance(read_options, ReadOptions):
+            raise TypeError(
+                f"`read_options` must be a grain.ReadOptions or None, got {read_options!r}."
+            )
+        if not isinstance(allow_nones, bool):
+            raise TypeError(f"`allow_nones` must be a bool, got {allow_nones!r}.")
+        self._read_options = read_options
+        self._allow_nones = allow_nones
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _PrefetchIterator(self)
+
+    def __repr__(self) -> str:
+        return f"PrefetchIterDataset(read_options={self._read_options!r})"
+
+
+def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], Any, float]:
+    """Elements [start, stop) of `dataset`, the error that stopped them, and the time taken."""
+    began = time.perf_counter()
+    try:
+        values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
+    except Exception:
+        values = []
+        for index in range(start, stop):
+            try:
+                values.append(dataset._getitem(index))
+            except Exception as error:
+                return values, error, time.perf_counter() - began
+    return values, None, time.perf_counter() - began
+
+
+def _work(tasks: queue.SimpleQueue) -> None:
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        future, start, stop, dataset = task
+        del task
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(_read_chunk(dataset, start, stop))
+            except BaseException as error:  # even KeyboardInterrupt must reach the consumer
+                future.set_exception(error)
+        del future, dataset
+
+
+class _Pool:
+    """Daemon threads running chunk reads from one queue; started as work arrives."""
+
+    def __init__(self, max_threads: int):
+        self._max_threads = max_threads
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, dataset: MapDataset[Any], start: int, stop: int, busy: int) -> Future:
+        if len(self._threads) < min(self._max_threads, busy):
+            thread = threading.Thread(
+                target=_work, args=(self._tasks,), name="grain-read", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        future: Future = Future()
+        self._tasks.put((future, start, stop, dataset))
+        return future
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._tasks.put(None)
+        self._threads = []
+
+
+class _PrefetchIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: PrefetchIterDataset):
+        super().__init__()
+        self._dataset = dataset
+        self._source: MapDataset[Any] = dataset._parents[0]
+        self._length = len(self._source)
+        self._allow_nones = dataset._allow_nones
+        options = dataset._read_options
+        self._threads = options.num_threads if options.prefetch_buffer_size else 0
+        self._buffer_size = options.prefetch_buffer_size
+        self._pool: _Pool | None = None
+        self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
+        self._in_flight = 0
+        self._chunk = _FIRST_CHUNK
+        self._filter_check = FilterRatioCheck(f"the filters before {dataset!r}")
+        self._reset(0)
+
+    def _reset(self, position: int) -> None:
+        self._cancel_pending()
+        self._next = position  # the position after the last element returned
+        self._read_pos = position  # the first position not yet asked for
+        self._values: list[Any] = []
+        self._cursor = 0
+        self._chunk_start = position
+        self._error: BaseException | None = None
+        self._dropped = 0
+
+    def _cancel_pending(self) -> None:
+        pending = getattr(self, "_pending", ())
+        for _, _, future in pending:
+            future.cancel()
+        if pending:
+            pending.clear()
+        self._in_flight = 0
+
+    # -- reading chunks ----------------------------------------------------------------
+
+    def _adapt(self, count: int, elapsed: float) -> None:
+        if count:
+            wanted = int(_TARGET_CHUNK_S * count / max(elapsed, 1e-9))
+            self._chunk = max(1, min(wanted, self._chunk * 4, _MAX_CHUNK))
+
+    def _submit(self) -> None:
+        if self._pool is None:
+            self._pool = _Pool(self._threads)
+        limit = max(1, self._buffer_size)
+        while (
+            self._read_pos < self._length
+            and self._in_flight < limit
+            and len(self._pending) < 2 * self._threads
+        ):
+            size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
+            start, stop = self._read_pos, self._read_pos + size
+            busy = len(self._pending) + 1
+            future = self._pool.submit(self._source, start, stop, busy)
+            self._pending.append((start, stop, future))
+            self._in_flight += size
+            self._read_pos = stop
+
+    def _next_chunk(self) -> bool:
+        """Loads the next chunk into `_values`; False at the end of the epoch."""
+        if self._threads:
+            self._submit()
+            if not self._pending:
+                return False
+            start, stop, future = self._pending.popleft()
+            self._in_flight -= stop - start
+            values, error, elapsed = future.result()
+            self._submit()
+        else:
+            if self._read_pos >= self._length:
+                return False
+            start = self._read_pos
+            stop = min(self._length, start + self._chunk)
+            values, error, elapsed = _read_chunk(self._source, start, stop)
+            self._read_pos = stop
+        self._adapt(len(values), elapsed)
+        self._chunk_start, self._values, self._cursor = start, values, 0
+        self._error = error
+        return True
+
+    def _fail(self) -> None:
+        error = self._error
+        position = self._chunk_start + len(self._values)
+        self._reset(position)
+        assert error is not None
+        raise error
+
+    def __next__(self) -> Any:
+        values, cursor = self._values, self._cursor
+        while True:
+            if cursor < len(values):
+                value = values[cursor]
+                cursor += 1
+                if value is not None or self._allow_nones:
+                    self._cursor = cursor
+                    self._next = self._chunk_start + cursor
+                    return value
+                self._dropped += 1
+                continue
+            self._cursor = cursor
+            if self._error is not None:
+                self._next = self._chunk_start + cursor
+                self._fail()
+            if values:
+                self._filter_check.add(len(values), self._dropped, options_of(self))
+                self._dropped = 0
+            if not self._next_chunk():
+                self._next = self._length
+                raise StopIteration
+            values, cursor = self._values, 0
+
+    # -- the DatasetIterator contract --------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        return {"next_index": self._next}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, repr(self._dataset), ("next_index",))
+        position = state["next_index"]
+        if position > self._length:
+            raise ValueError(
+                f"state['next_index']={position} is past the end of this dataset "
+                f"(length {self._length}): the state is from a different pipeline."
+            )
+        self._reset(position)
+
+    def start_prefetch(self) -> None:
+        if self._threads:
+            self._submit()
+
+    def close(self) -> None:
+        self._cancel_pending()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def __del__(self) -> None:
+        # At interpreter exit module globals may already be gone: stay silent.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"PrefetchDatasetIterator(next_index={self._next}, length={self._length})"
+
+
+@register("to_iter_dataset")
+def _to_iter_dataset(parent: Any, read_options: Any, allow_nones: bool) -> PrefetchIterDataset:
+    return PrefetchIterDataset(parent, read_options, allow_nones)

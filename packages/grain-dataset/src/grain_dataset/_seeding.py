@@ -1,0 +1,82 @@
+"""`ds.seed(...)` and how a random stage finds its seed.
+
+A random stage uses, in order: its own ``seed=`` (an int in [0, 2**32)), else
+the seed that the nearest ``ds.seed(s)`` upstream derives for the stage's
+position in the pipeline (`_Dataset._default_seed`), else it raises. A mixture
+combines its parents' seeds, so a stage after it depends on all of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grain_dataset._base import IterDataset, register
+from grain_dataset._stage import MapStage
+from grain_index import _validate, derive_seed
+
+SEED_LIMIT = 1 << 32
+
+
+def explicit_seed(seed: Any, name: str = "seed") -> int:
+    """Checks a user's per-stage seed: an integer in [0, 2**32)."""
+    return _validate.int_in_range(seed, name, 0, SEED_LIMIT)
+
+
+def stage_seed(stage: Any, seed: Any, what: str) -> int:
+    """The 64-bit seed of random stage `stage` (already initialized) called `what`."""
+    if seed is not None:
+        return derive_seed(explicit_seed(seed), what)
+    default = stage._default_seed
+    if default is None:
+        raise ValueError(
+            f"`{what}` needs a seed: call ds.seed(seed) earlier in the pipeline "
+            f"or pass seed=... to `{what}`."
+        )
+    return default
+
+
+class SeedMapDataset(MapStage):
+    """Passes elements through; sets the seed later random stages derive theirs from."""
+
+    def __init__(self, parent: Any, seed: int):
+        super().__init__(parent)
+        self._seed = _validate.seed(seed)
+        self._seed_base = derive_seed(self._seed, "ds.seed")
+        self._parent = parent
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitem(self, index: int) -> Any:
+        return self._parent._getitem(index)
+
+    def _getitems(self, indices: Any) -> list[Any]:
+        return self._parent._getitems(indices)
+
+    def _describe(self) -> str:
+        return f"seed={self._seed}"
+
+
+class SeedIterDataset(IterDataset[Any]):
+    """Passes elements through; sets the seed later random stages derive theirs from."""
+
+    def __init__(self, parent: IterDataset[Any], seed: int):
+        super().__init__(parent)
+        self._seed = _validate.seed(seed)
+        self._seed_base = derive_seed(self._seed, "ds.seed")
+
+    def __iter__(self) -> Any:
+        return iter(self._parents[0])
+
+    def __repr__(self) -> str:
+        return f"SeedIterDataset(seed={self._seed})"
+
+
+@register("map_seed")
+def _map_seed(parent: Any, seed: int) -> SeedMapDataset:
+    return SeedMapDataset(parent, seed)
+
+
+@register("iter_seed")
+def _iter_seed(parent: Any, seed: int) -> SeedIterDataset:
+    return SeedIterDataset(parent, seed)

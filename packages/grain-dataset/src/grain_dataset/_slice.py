@@ -1,0 +1,104 @@
+"""Slicing (the usual way to shard) and repeating a MapDataset.
+
+A slice keeps the parent's epochs apart: index i of the slice, in epoch
+``e = i // len(slice)``, reads parent index ``e * len(parent) + r[i % len(slice)]``
+where r is ``range(len(parent))[sl]``. A repeat only changes the length, since
+indices past one epoch already mean later epochs.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import INFINITE, MapDataset, register
+from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
+from grain_index import _validate
+
+
+class SliceMapDataset(MapStage):
+    """The parent's elements at the indices of a slice of its first epoch."""
+
+    def __init__(self, parent: MapDataset[Any], sl: slice):
+        super().__init__(parent)
+        if not isinstance(sl, slice):
+            raise TypeError(f"`sl` must be a slice, like slice(0, None, 2); got {sl!r}.")
+        if sl.step == 0:
+            raise ValueError(
+                "the step of a slice must not be 0 (use ds[start:stop:step], step != 0)."
+            )
+        for name in ("start", "stop", "step"):
+            value = getattr(sl, name)
+            if value is not None:
+                _validate.as_int(value, f"slice {name}")
+        self._parent = parent
+        self._parent_length = len(parent)
+        self._range = builtins.range(self._parent_length)[sl]
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    def _getitem(self, index: int) -> Any:
+        length = len(self._range)
+        epoch, offset = divmod(index, length)
+        return self._parent._getitem(epoch * self._parent_length + self._range[offset])
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        length = len(self._range)
+        if not length:
+            raise IndexError("the dataset is empty: it has no element at any index.")
+        r = self._range
+        if not fits_int64(indices, length, self._parent_length):
+            return super()._getitems(indices)
+        epochs, offsets = epochs_of(indices, length)
+        return self._parent._getitems(epochs * self._parent_length + r.start + offsets * r.step)
+
+    def _describe(self) -> str:
+        r = self._range
+        return f"start={r.start}, stop={r.stop}, step={r.step}"
+
+
+class RepeatMapDataset(MapStage):
+    """`num_epochs` epochs of the parent, or infinitely many (length sys.maxsize)."""
+
+    def __init__(self, parent: MapDataset[Any], num_epochs: int | None = None):
+        super().__init__(parent)
+        length = len(parent)
+        if is_infinite(length):
+            raise ValueError(
+                "cannot repeat an infinite dataset (its length is sys.maxsize already): "
+                "remove one of the .repeat() calls."
+            )
+        if length == 0:
+            raise ValueError("cannot repeat an empty dataset: it has no element to repeat.")
+        if num_epochs is None:
+            self._length = INFINITE
+        else:
+            num_epochs = _validate.int_in_range(num_epochs, "num_epochs", 1)
+            self._length = min(INFINITE, length * num_epochs)
+        self._num_epochs = num_epochs
+        self._parent = parent
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        return self._parent._getitem(index)
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        return self._parent._getitems(indices)
+
+    def _describe(self) -> str:
+        return f"num_epochs={self._num_epochs}"
+
+
+@register("slice")
+def _slice(parent: Any, sl: slice) -> SliceMapDataset:
+    return SliceMapDataset(parent, sl)
+
+
+@register("repeat")
+def _repeat(parent: Any, num_epochs: int | None) -> RepeatMapDataset:
+    return RepeatMapDataset(parent, num_epochs)

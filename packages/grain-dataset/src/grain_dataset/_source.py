@@ -1,0 +1,93 @@
+"""Where MapDatasets start: a random-access source or Sequence, and `range`."""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import register
+from grain_dataset._stage import MapStage, epochs_of
+from grain_index import _validate
+
+
+class SourceMapDataset(MapStage):
+    """Reads a random-access source: anything with `__len__` and `__getitem__`.
+
+    Index i reads record ``i % len(source)``: every epoch reads the same records.
+    A source with `__getitems__(indices)` is asked once per batch of indices.
+    """
+
+    def __init__(self, source: Any):
+        super().__init__()
+        if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
+            raise TypeError(
+                "`source` must support random access (`__len__` and `__getitem__`), like a "
+                f"list or a grain.sources.RandomAccessDataSource; got {type(source).__name__}."
+            )
+        self._source = source
+        self._length = _validate.int_in_range(len(source), "len(source)", 0)
+        self._batched = callable(getattr(source, "__getitems__", None))
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        return self._source[index % self._length]
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        if not self._length:
+            raise IndexError("the dataset is empty: it has no element at any index.")
+        records = epochs_of(indices, self._length)[1].tolist()
+        if self._batched:
+            return list(self._source.__getitems__(records))
+        source = self._source
+        return [source[record] for record in records]
+
+    def _describe(self) -> str:
+        return f"source={type(self._source).__name__}, len={self._length}"
+
+
+class RangeMapDataset(MapStage):
+    """The integers of ``range(start, stop, step)``, the same in every epoch."""
+
+    def __init__(self, start: int, stop: int | None = None, step: int = 1):
+        super().__init__()
+        start = _validate.as_int(start, "start")
+        if stop is None:
+            start, stop = 0, start
+        stop = _validate.as_int(stop, "stop")
+        step = _validate.as_int(step, "step")
+        if step == 0:
+            raise ValueError("`step` of MapDataset.range must not be 0.")
+        self._range = builtins.range(start, stop, step)
+
+    def __len__(self) -> int:
+        return len(self._range)
+
+    def _getitem(self, index: int) -> int:
+        return self._range[index % len(self._range)]
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        r = self._range
+        if not len(r):
+            raise IndexError("the dataset is empty: it has no element at any index.")
+        offsets = epochs_of(indices, len(r))[1]
+        if abs(r.start) + abs(r.step) * len(r) < 1 << 62:
+            return (offsets * r.step + r.start).tolist()
+        return [r[offset] for offset in offsets.tolist()]
+
+    def _describe(self) -> str:
+        r = self._range
+        return f"start={r.start}, stop={r.stop}, step={r.step}"
+
+
+@register("source")
+def _source(source: Any) -> SourceMapDataset:
+    return SourceMapDataset(source)
+
+
+@register("range")
+def _range(start: int, stop: int | None, step: int) -> RangeMapDataset:
+    return RangeMapDataset(start, stop, step)

@@ -1,0 +1,46 @@
+"""Checks for iterator states, so a wrong state fails loudly instead of resuming elsewhere."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def check_state(state: Any, stage: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """Returns `state` after checking it is a dict with exactly `fields`.
+
+    The integer fields (all but "parent"/"parents") must be ints >= 0.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(
+            f"the state of {stage} must be a dict from get_state(), got {type(state).__name__}."
+        )
+    if set(state) != set(fields):
+        missing = sorted(set(fields) - set(state))
+        extra = sorted(set(state) - set(fields))
+        raise ValueError(
+            f"this state does not belong to {stage}: expected the keys {sorted(fields)}"
+            + (f", missing {missing}" if missing else "")
+            + (f", unexpected {extra}" if extra else "")
+            + ". Restore a state saved from the same pipeline, unmodified."
+        )
+    for field in fields:
+        if field in ("parent", "parents"):
+            continue
+        value = state[field]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"state[{field!r}] of {stage} must be an integer >= 0, got {value!r}; "
+                "the state is corrupt or from another pipeline."
+            )
+    return state
+
+
+def check_parents_state(state: dict[str, Any], stage: str, count: int) -> list[Any]:
+    """Returns state["parents"] after checking it lists one state per parent."""
+    parents = state["parents"]
+    if not isinstance(parents, list | tuple) or len(parents) != count:
+        raise ValueError(
+            f"state['parents'] of {stage} must list {count} parent states, got {parents!r}; "
+            "the state is from a pipeline with a different number of components."
+        )
+    return list(parents)

@@ -1,0 +1,46 @@
+"""`WithOptionsIterDataset`: attach DatasetOptions to the pipeline before it.
+
+Options reach every iterator of the pipeline through the context they share
+(`_base._IteratorContext`). When several WithOptionsIterDatasets set the same
+field, the one later in the pipeline (closer to the output) wins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grain_dataset._base import DatasetIterator, IterDataset
+from grain_dataset._options import DatasetOptions
+
+
+class WithOptionsIterDataset(IterDataset[Any]):
+    """The parent's elements, with `options` applied to the whole pipeline up to here.
+
+    Example::
+
+        ds = grain.experimental.WithOptionsIterDataset(
+            ds, grain.experimental.DatasetOptions(filter_raise_threshold_ratio=0.5)
+        )
+    """
+
+    def __init__(self, parent: IterDataset[Any], options: DatasetOptions):
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                f"`parent` must be an IterDataset (call .to_iter_dataset() first), "
+                f"got {type(parent).__name__}."
+            )
+        if not isinstance(options, DatasetOptions):
+            raise TypeError(
+                f"`options` must be a grain.experimental.DatasetOptions, got {options!r}."
+            )
+        super().__init__(parent)
+        self._options = options
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        iterator = iter(self._parents[0])
+        ctx = iterator._ctx
+        ctx.dataset_options = self._options.merge(ctx.dataset_options)
+        return iterator
+
+    def __repr__(self) -> str:
+        return f"WithOptionsIterDataset({self._options!r})"
