@@ -11,18 +11,59 @@ import pytest
 import grain_index
 
 EXPORTS = {
-    "grain": ["Record", "RecordMetadata", "experimental", "python", "samplers", "sharding"],
-    "grain.experimental": ["index_shuffle"],
+    "grain": [
+        "DatasetIterator",
+        "IterDataset",
+        "MapDataset",
+        "ReadOptions",
+        "Record",
+        "RecordMetadata",
+        "experimental",
+        "python",
+        "samplers",
+        "sharding",
+        "sources",
+        "transforms",
+    ],
+    "grain.experimental": [
+        "DatasetOptions",
+        "FlatMapTransform",
+        "WithOptionsIterDataset",
+        "assert_equal_output_after_checkpoint",
+        "index_shuffle",
+    ],
+    "grain.sources": ["RandomAccessDataSource"],
+    "grain.transforms": [
+        "Batch",
+        "DatasetSelectionMap",
+        "Filter",
+        "FlatMap",
+        "Map",
+        "MapWithIndex",
+        "RandomMap",
+    ],
     "grain.samplers": ["IndexSampler", "Sampler", "SequentialSampler"],
     "grain.sharding": ["NoSharding", "ShardOptions"],
     "grain.python": [
+        "Batch",
+        "DatasetIterator",
+        "FilterTransform",
+        "FlatMapTransform",
         "IndexSampler",
+        "IterDataset",
+        "MapDataset",
+        "MapTransform",
+        "MapWithIndexTransform",
         "NoSharding",
+        "RandomAccessDataSource",
+        "RandomMapTransform",
+        "ReadOptions",
         "Record",
         "RecordMetadata",
         "Sampler",
         "SequentialSampler",
         "ShardOptions",
+        "Transformation",
         "experimental",
     ],
     "grain_index": [
@@ -46,9 +87,26 @@ EXPORTS = {
         "integer_weights",
         "shard_bounds",
     ],
+    "grain_sources": ["RandomAccessDataSource"],
+    "grain_dataset": [
+        "Batch",
+        "DatasetIterator",
+        "DatasetOptions",
+        "DatasetSelectionMap",
+        "FilterTransform",
+        "FlatMapTransform",
+        "IterDataset",
+        "MapDataset",
+        "MapTransform",
+        "MapWithIndex",
+        "RandomMapTransform",
+        "ReadOptions",
+        "Transformation",
+        "WithOptionsIterDataset",
+        "assert_equal_output_after_checkpoint",
+        "stack",
+    ],
     # Layers not built yet export nothing rather than pretend.
-    "grain_sources": [],
-    "grain_dataset": [],
     "grain_mp": [],
     "grain_jax": [],
 }
@@ -71,6 +129,9 @@ def test_namespaces_share_one_object_per_name():
     assert pg.ShardOptions is grain.sharding.ShardOptions
     assert grain.Record is pg.Record
     assert grain.RecordMetadata is pg.RecordMetadata
+    assert grain.MapDataset is pg.MapDataset
+    assert grain.transforms.Map is pg.MapTransform
+    assert grain.sources.RandomAccessDataSource is pg.RandomAccessDataSource
 
 
 def test_data_loader_guide_sampler_calls():

@@ -1,11 +1,11 @@
 """grain_sources: data sources for grain pipelines.
 
 Layout: the source layer. It imports numpy and array_record, never another grain
-package. It will own the RandomAccessDataSource protocol, ArrayRecordDataSource,
-RangeDataSource, in-memory and shared-memory sources, and resumable file readers.
-
-Not built yet: this package holds only its face. Its API arrives with the
-issue that builds the layer; nothing here pretends to work.
+package. Built so far: the RandomAccessDataSource protocol (`_protocol`).
+ArrayRecordDataSource, RangeDataSource, in-memory and shared-memory sources and
+resumable file readers arrive with the issue that builds this layer.
 """
 
-__all__: list[str] = []
+from grain_sources._protocol import RandomAccessDataSource as RandomAccessDataSource
+
+__all__ = ["RandomAccessDataSource"]

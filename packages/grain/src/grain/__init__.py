@@ -4,27 +4,40 @@ Layout: the public namespace only. It re-exports the layers below it and
 defines no behaviour of its own apart from the `grain` command-line tool:
 
   grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
-  grain_sources  data sources                                         (next)
-  grain_dataset  MapDataset, IterDataset, DatasetIterator             (next)
+  grain_sources  data sources                               (protocol only)
+  grain_dataset  MapDataset, IterDataset, DatasetIterator             (built)
   grain_mp       worker processes and the DataLoader                  (next)
   grain_jax      device prefetch, Orbax checkpoints, multi-host       (next)
 
-Namespaces: `grain.experimental`, `grain.samplers`, `grain.sharding` and
-`grain.python` (the upstream-compatible flat namespace).
+Namespaces: `grain.experimental`, `grain.samplers`, `grain.sharding`,
+`grain.sources`, `grain.transforms` and `grain.python` (the upstream-compatible
+flat namespace).
 """
 
 from grain import experimental as experimental
 from grain import python as python
 from grain import samplers as samplers
 from grain import sharding as sharding
+from grain import sources as sources
+from grain import transforms as transforms
+from grain_dataset import DatasetIterator as DatasetIterator
+from grain_dataset import IterDataset as IterDataset
+from grain_dataset import MapDataset as MapDataset
+from grain_dataset import ReadOptions as ReadOptions
 from grain_index import Record as Record
 from grain_index import RecordMetadata as RecordMetadata
 
 __all__ = [
+    "DatasetIterator",
+    "IterDataset",
+    "MapDataset",
+    "ReadOptions",
     "Record",
     "RecordMetadata",
     "experimental",
     "python",
     "samplers",
     "sharding",
+    "sources",
+    "transforms",
 ]

@@ -1,6 +1,17 @@
 """grain.python: the flat namespace of upstream Grain's `import grain.python as grain`."""
 
 from grain import experimental as experimental
+from grain_dataset import Batch as Batch
+from grain_dataset import DatasetIterator as DatasetIterator
+from grain_dataset import FilterTransform as FilterTransform
+from grain_dataset import FlatMapTransform as FlatMapTransform
+from grain_dataset import IterDataset as IterDataset
+from grain_dataset import MapDataset as MapDataset
+from grain_dataset import MapTransform as MapTransform
+from grain_dataset import MapWithIndex as MapWithIndexTransform
+from grain_dataset import RandomMapTransform as RandomMapTransform
+from grain_dataset import ReadOptions as ReadOptions
+from grain_dataset import Transformation as Transformation
 from grain_index import IndexSampler as IndexSampler
 from grain_index import NoSharding as NoSharding
 from grain_index import Record as Record
@@ -8,14 +19,27 @@ from grain_index import RecordMetadata as RecordMetadata
 from grain_index import Sampler as Sampler
 from grain_index import SequentialSampler as SequentialSampler
 from grain_index import ShardOptions as ShardOptions
+from grain_sources import RandomAccessDataSource as RandomAccessDataSource
 
 __all__ = [
+    "Batch",
+    "DatasetIterator",
+    "FilterTransform",
+    "FlatMapTransform",
     "IndexSampler",
+    "IterDataset",
+    "MapDataset",
+    "MapTransform",
+    "MapWithIndexTransform",
     "NoSharding",
+    "RandomAccessDataSource",
+    "RandomMapTransform",
+    "ReadOptions",
     "Record",
     "RecordMetadata",
     "Sampler",
     "SequentialSampler",
     "ShardOptions",
+    "Transformation",
     "experimental",
 ]
