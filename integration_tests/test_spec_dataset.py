@@ -81,7 +81,7 @@ def test_basic_tutorial_map_dataset(capsys):
 def test_api_reference_examples():
     import grain
 
-    MapDataset, IterDataset = grain.MapDataset, grain.IterDataset
+    MapDataset, IterDataset = grain.MapDataset, grain.IterDataset  # noqa: N806 - as the docs spell them
     assert list(MapDataset.concatenate([MapDataset.range(3), MapDataset.range(3, 8)])) == list(
         range(8)
     )
@@ -94,7 +94,9 @@ def test_api_reference_examples():
     batches = list(MapDataset.range(5).batch(batch_size=2))
     assert [b.tolist() for b in batches] == [[0, 1], [2, 3], [4]]
     ds = MapDataset.range(5).filter(lambda x: x % 2 == 0)
-    assert ds[2] == 2 and ds[1] is None and list(ds) == [0, 2, 4]
+    assert ds[2] == 2
+    assert ds[1] is None
+    assert list(ds) == [0, 2, 4]
     assert list(MapDataset.range(5).map(lambda x: x + 10)) == [10, 11, 12, 13, 14]
     ds = MapDataset.source(["a", "b", "c", "d"]).map_with_index(lambda i, x: x + str(i))
     assert list(ds) == ["a0", "b1", "c2", "d3"]
@@ -102,7 +104,8 @@ def test_api_reference_examples():
     assert set(ds).issubset(set(range(5, 15)))
     assert list(MapDataset.range(5).repeat(2)) == [0, 1, 2, 3, 4] * 2
     ds = MapDataset.range(5).repeat()
-    assert len(ds) == sys.maxsize and ds[11111] == 1
+    assert len(ds) == sys.maxsize
+    assert ds[11111] == 1
     ds = MapDataset.range(5).seed(0).shuffle()
     assert set(ds) == {0, 1, 2, 3, 4}
     assert list(MapDataset.range(5).slice(slice(1, 3))) == [1, 2]
@@ -146,7 +149,8 @@ def test_api_reference_seed_examples():
     b = base.seed(1).shuffle().seed(3).random_map(noise)
     c = base.seed(9).shuffle().seed(2).random_map(noise)
     assert shuffled(a) != shuffled(b)
-    assert [x for x in shuffled(a)] == [x for x in shuffled(c)]  # random_map depends on 2 only
+    assert shuffled(a) == shuffled(c)  # the random_map depends on seed 2 only
+
     # 5: a mixture's random stage depends on both parents' seeds.
     def mixed(s1, s2):
         ds1 = base.seed(s1).shuffle()
