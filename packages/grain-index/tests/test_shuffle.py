@@ -11,6 +11,7 @@ from grain_index import (
     MAX_RECORDS,
     index_shuffle,
     index_shuffle_array,
+    index_shuffle_function,
     index_unshuffle,
     index_unshuffle_array,
 )
@@ -169,3 +170,17 @@ def test_numpy_integers_are_accepted():
     assert index_shuffle(np.int64(3), np.uint32(10), np.uint64(7), np.int8(4)) == index_shuffle(
         3, 10, 7, 4
     )
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 65, 1000, 10**12])
+def test_index_shuffle_function_matches_index_shuffle(n):
+    shuffle = index_shuffle_function(n - 1, seed=11, rounds=6)
+    indices = range(min(n, 300))
+    assert [shuffle(i) for i in indices] == [index_shuffle(i, n - 1, 11, 6) for i in indices]
+
+
+def test_index_shuffle_function_checks_its_arguments_once():
+    with pytest.raises(ValueError, match="max_index"):
+        index_shuffle_function(-1, seed=0)
+    with pytest.raises(TypeError, match="seed"):
+        index_shuffle_function(10, seed=1.5)

@@ -82,6 +82,7 @@ EXPORTS = {
         "derive_seeds",
         "index_shuffle",
         "index_shuffle_array",
+        "index_shuffle_function",
         "index_unshuffle",
         "index_unshuffle_array",
         "integer_weights",

@@ -73,8 +73,13 @@ class PrefetchIterDataset(IterDataset[Any]):
 
 
 def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], Any, float]:
-    """Elements [start, stop) of `dataset`, the error that stopped them, and the time taken."""
-    began = time.perf_counter()
+    """Elements [start, stop) of `dataset`, the error that stopped them, and the CPU time taken.
+
+    CPU time of this thread, not wall time: time spent waiting for the GIL
+    while other readers run must not shrink the chunks (which would add
+    readers and waiting: a feedback loop).
+    """
+    began = time.thread_time()
     try:
         values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
     except Exception:
@@ -83,8 +88,8 @@ def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[A
             try:
                 values.append(dataset._getitem(index))
             except Exception as error:
-                return values, error, time.perf_counter() - began
-    return values, None, time.perf_counter() - began
+                return values, error, time.thread_time() - began
+    return values, None, time.thread_time() - began
 
 
 def _work(tasks: queue.SimpleQueue) -> None:
@@ -137,6 +142,13 @@ class _PrefetchIterator(DatasetIterator[Any]):
         options = dataset._read_options
         self._threads = options.num_threads if options.prefetch_buffer_size else 0
         self._buffer_size = options.prefetch_buffer_size
+        # Elements that wait (I/O) cost little CPU and grow big chunks; the cap
+        # keeps enough chunks in flight for every thread to wait on one.
+        self._max_chunk = (
+            max(1, min(_MAX_CHUNK, self._buffer_size // self._threads))
+            if self._threads
+            else _MAX_CHUNK
+        )
         self._pool: _Pool | None = None
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
@@ -167,7 +179,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def _adapt(self, count: int, elapsed: float) -> None:
         if count:
             wanted = int(_TARGET_CHUNK_S * count / max(elapsed, 1e-9))
-            self._chunk = max(1, min(wanted, self._chunk * 4, _MAX_CHUNK))
+            self._chunk = max(1, min(wanted, self._chunk * 4, self._max_chunk))
 
     def _submit(self) -> None:
         if self._pool is None:

@@ -15,7 +15,12 @@ import numpy as np
 from grain_dataset._base import MapDataset, register
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
-from grain_index import DEFAULT_ROUNDS, derive_seed, index_shuffle, index_shuffle_array
+from grain_index import (
+    DEFAULT_ROUNDS,
+    derive_seed,
+    index_shuffle_array,
+    index_shuffle_function,
+)
 
 
 class ShuffleMapDataset(MapStage):
@@ -27,6 +32,7 @@ class ShuffleMapDataset(MapStage):
         self._seed = stage_seed(self, seed, "shuffle")
         self._length = len(parent)
         self._epoch_seeds: dict[int, int] = {}
+        self._epoch_functions: dict[int, Any] = {}
 
     def __len__(self) -> int:
         return self._length
@@ -42,8 +48,12 @@ class ShuffleMapDataset(MapStage):
     def _getitem(self, index: int) -> Any:
         n = self._length
         epoch, offset = divmod(index, n)
-        position = index_shuffle(offset, n - 1, self._epoch_seed(epoch), DEFAULT_ROUNDS)
-        return self._parent._getitem(epoch * n + position)
+        shuffle = self._epoch_functions.get(epoch)
+        if shuffle is None:
+            shuffle = index_shuffle_function(n - 1, self._epoch_seed(epoch), DEFAULT_ROUNDS)
+            if len(self._epoch_functions) < 8:
+                self._epoch_functions[epoch] = shuffle
+        return self._parent._getitem(epoch * n + shuffle(offset))
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         n = self._length

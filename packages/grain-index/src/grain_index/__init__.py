@@ -28,6 +28,7 @@ from grain_index._shuffle import DEFAULT_ROUNDS as DEFAULT_ROUNDS
 from grain_index._shuffle import MAX_RECORDS as MAX_RECORDS
 from grain_index._shuffle import index_shuffle as index_shuffle
 from grain_index._shuffle import index_shuffle_array as index_shuffle_array
+from grain_index._shuffle import index_shuffle_function as index_shuffle_function
 from grain_index._shuffle import index_unshuffle as index_unshuffle
 from grain_index._shuffle import index_unshuffle_array as index_unshuffle_array
 
@@ -47,6 +48,7 @@ __all__ = [
     "derive_seeds",
     "index_shuffle",
     "index_shuffle_array",
+    "index_shuffle_function",
     "index_unshuffle",
     "index_unshuffle_array",
     "integer_weights",

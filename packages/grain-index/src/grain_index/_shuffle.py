@@ -192,6 +192,19 @@ def index_unshuffle(position: int, max_index: int, seed: int, rounds: int) -> in
     return _scalar_function(max_index + 1, seed, rounds, True)(position)
 
 
+def index_shuffle_function(
+    max_index: int, seed: int, rounds: int = DEFAULT_ROUNDS
+) -> Callable[[int], int]:
+    """Returns ``lambda i: index_shuffle(i, max_index, seed, rounds)`` without per-call checks.
+
+    For hot loops over one shuffle (a dataset's random access): the arguments
+    are checked once here, and the returned function trusts its input, which
+    must be an int in [0, max_index].
+    """
+    _checked_plan(max_index, seed, rounds)
+    return _scalar_function(max_index + 1, seed, rounds, False)
+
+
 def _checked_array(values: Any, name: str, n: int) -> np.ndarray:
     array = _validate.index_array(values, name)
     if array.size:
