@@ -66,7 +66,14 @@ def _as_parents(parents: Any) -> tuple[Any, ...]:
     return tuple(parents)
 
 
-_INIT_FIELDS = frozenset({"_parents", "_seed_base", "_depth", "_ctx"})
+def _missing_attribute(obj: Any, name: str) -> AttributeError:
+    """The AttributeError for `name`, saying how to fix a skipped base __init__."""
+    if "_parents" not in obj.__dict__:
+        return AttributeError(
+            f"{type(obj).__name__} has no `{name}`: its __init__ must call "
+            "super().__init__(parents) (parents may be empty for a source)."
+        )
+    return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
 class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' methods
@@ -92,13 +99,8 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         self._depth = 1 + max((parent._depth for parent in self._parents), default=-1)
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails: a subclass skipped our __init__.
-        if name in _INIT_FIELDS:
-            raise AttributeError(
-                f"{type(self).__name__} has no `{name}`: its __init__ must call "
-                "super().__init__(parents)."
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        # Only reached when normal lookup fails, e.g. a subclass skipped our __init__.
+        raise _missing_attribute(self, name)
 
     @property
     def parents(self) -> Sequence[Any]:
@@ -454,12 +456,8 @@ class DatasetIterator(Iterator[T], abc.ABC):
             _adopt(self._ctx, parent)
 
     def __getattr__(self, name: str) -> Any:
-        if name in _INIT_FIELDS:
-            raise AttributeError(
-                f"{type(self).__name__} has no `{name}`: its __init__ must call "
-                "super().__init__(parents)."
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        # Only reached when normal lookup fails, e.g. a subclass skipped our __init__.
+        raise _missing_attribute(self, name)
 
     @property
     def parents(self) -> Sequence[DatasetIterator[Any]]:
@@ -499,6 +497,8 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
 def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
     """Makes `iterator` and its ancestors share `ctx`, merging their options into it."""
+    if "_parents" not in iterator.__dict__:
+        raise _missing_attribute(iterator, "_parents")
     own = iterator.__dict__.get("_ctx")
     if own is ctx:
         return
@@ -509,5 +509,5 @@ def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
             else ctx.dataset_options.merge(own.dataset_options)
         )
     iterator.__dict__["_ctx"] = ctx
-    for parent in iterator.__dict__.get("_parents", ()):
+    for parent in iterator.__dict__["_parents"]:
         _adopt(ctx, parent)

@@ -81,6 +81,8 @@ class BatchMapDataset(MapStage):
 
     def _getitem(self, index: int) -> Any:
         start, stop = self._bounds(index)
+        if stop > _INFINITE_LENGTH:  # past int64: far-away epochs, read one by one
+            return self._combine([self._parent._getitem(i) for i in range(start, stop)])
         return self._combine(self._parent._getitems(np.arange(start, stop, dtype=np.int64)))
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
@@ -146,10 +148,18 @@ class _BatchIterator(DatasetIterator[Any]):
     def __next__(self) -> Any:
         dataset = self._dataset
         values = []
-        for value in self._parent:
-            values.append(value)
-            if len(values) == dataset._batch_size:
-                break
+        start = self._parent.get_state()
+        try:
+            for value in self._parent:
+                values.append(value)
+                if len(values) == dataset._batch_size:
+                    break
+        except Exception:
+            # Rewind to the batch's start so the elements already collected are
+            # not lost: the next call reads the whole batch again.
+            if values:
+                self._parent.set_state(start)
+            raise
         if not values or (dataset._drop_remainder and len(values) < dataset._batch_size):
             raise StopIteration
         try:

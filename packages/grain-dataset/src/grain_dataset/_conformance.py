@@ -126,7 +126,7 @@ def assert_equal_output_after_checkpoint(
                 f"{first_shape}; states must keep one shape."
             )
         states[step] = json.loads(text)
-    chosen = range(len(states)) if steps is None else steps
+    chosen = list(range(len(states)) if steps is None else steps)
     for step in chosen:
         if not 0 <= step < len(states):
             raise ValueError(f"`steps` must be in [0, {len(states) - 1}], got {step}.")

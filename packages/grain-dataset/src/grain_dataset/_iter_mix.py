@@ -79,8 +79,15 @@ class _MixedIterator(DatasetIterator[Any]):
         stage = repr(self._dataset)
         check_state(state, stage, ("position", "parents"))
         parents = check_parents_state(state, stage, len(self._iterators))
-        for iterator, parent_state in zip(self._iterators, parents, strict=True):
-            iterator.set_state(parent_state)
+        previous = [iterator.get_state() for iterator in self._iterators]
+        try:
+            for iterator, parent_state in zip(self._iterators, parents, strict=True):
+                iterator.set_state(parent_state)
+        except Exception:
+            # All components move or none: a rejected state leaves no half-restored mix.
+            for iterator, parent_state in zip(self._iterators, previous, strict=True):
+                iterator.set_state(parent_state)
+            raise
         self._position = state["position"]
 
 

@@ -42,36 +42,82 @@ def _ratio(value: Any, name: str) -> float | None:
     return float(value)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+_DEFAULTS: dict[str, float | None] = {
+    "filter_warn_threshold_ratio": 0.9,
+    "filter_raise_threshold_ratio": None,
+}
+
+
+class _Default:
+    """The marker of an option left at its default (so `merge` can tell)."""
+
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+_DEFAULT: Any = _Default()
+
+
 class DatasetOptions:
     """Options that apply to a whole pipeline; set them with `WithOptionsIterDataset`.
 
     Args:
       filter_warn_threshold_ratio: warn once when a filter drops more than this
-        share of the elements it sees; None never warns.
+        share of the elements it sees (default 0.9); None never warns.
       filter_raise_threshold_ratio: raise when a filter drops more than this
-        share; None never raises.
+        share (default None: never raises).
 
     A ratio is checked once a filter has seen at least `MIN_FILTER_CHECK`
-    elements, so a few unlucky first elements do not trip it.
+    elements, so a few unlucky first elements do not trip it. Options record
+    which fields were given: `merge` lets those win, even when a given value
+    equals the default.
     """
 
-    filter_warn_threshold_ratio: float | None = 0.9
-    filter_raise_threshold_ratio: float | None = None
+    __slots__ = ("_given", *_DEFAULTS)
 
-    def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            object.__setattr__(self, field.name, _ratio(getattr(self, field.name), field.name))
+    def __init__(
+        self,
+        *,
+        filter_warn_threshold_ratio: float | None = _DEFAULT,
+        filter_raise_threshold_ratio: float | None = _DEFAULT,
+    ):
+        values = {
+            "filter_warn_threshold_ratio": filter_warn_threshold_ratio,
+            "filter_raise_threshold_ratio": filter_raise_threshold_ratio,
+        }
+        given = frozenset(name for name, value in values.items() if value is not _DEFAULT)
+        for name, value in values.items():
+            value = _DEFAULTS[name] if value is _DEFAULT else value
+            object.__setattr__(self, name, _ratio(value, name))
+        object.__setattr__(self, "_given", given)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(
+            f"DatasetOptions is immutable: cannot set `{name}`; build a new one or use merge()."
+        )
 
     def merge(self, other: DatasetOptions | None) -> DatasetOptions:
-        """Returns options where the fields `self` sets (not left at default) win over `other`'s."""
+        """Returns options where the fields given to `self` win over those of `other`."""
         if other is None:
             return self
-        values = {}
-        for field in dataclasses.fields(self):
-            mine = getattr(self, field.name)
-            values[field.name] = getattr(other, field.name) if mine == field.default else mine
+        values = {
+            name: getattr(self if name in self._given else other, name)
+            for name in _DEFAULTS
+            if name in self._given | other._given
+        }
         return DatasetOptions(**values)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DatasetOptions):
+            return NotImplemented
+        return all(getattr(self, name) == getattr(other, name) for name in _DEFAULTS)
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, name) for name in _DEFAULTS))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in _DEFAULTS)
+        return f"DatasetOptions({fields})"
 
 
 MIN_FILTER_CHECK = 100

@@ -75,6 +75,13 @@ class PrefetchIterDataset(IterDataset[Any]):
 def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], Any, float]:
     """Elements [start, stop) of `dataset`, the error that stopped them, and the CPU time taken.
 
+    When the one vectorized read fails, the chunk is read again element by
+    element to find where: the elements before the failing one are returned
+    with its error. (Their functions run twice then; transforms are expected
+    to be pure.) If the second read does not fail, the failure was transient:
+    the first error is returned at the chunk's start, so it is reported once
+    and nothing of the chunk is lost.
+
     CPU time of this thread, not wall time: time spent waiting for the GIL
     while other readers run must not shrink the chunks (which would add
     readers and waiting: a feedback loop).
@@ -82,13 +89,14 @@ def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[A
     began = time.thread_time()
     try:
         values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
-    except Exception:
+    except Exception as first_error:
         values = []
         for index in range(start, stop):
             try:
                 values.append(dataset._getitem(index))
             except Exception as error:
                 return values, error, time.thread_time() - began
+        return [], first_error, time.thread_time() - began
     return values, None, time.thread_time() - began
 
 

@@ -1,0 +1,517 @@
+"""`MapDataset.to_iter_dataset`: the thread read-ahead behind every IterDataset.
+
+What must hold whatever `ReadOptions` say: one epoch of the non-None elements,
+in order; a state ``{"next_index": i}`` that knows nothing of the read-ahead
+(so it moves freely between thread counts); errors raised at their own
+position with their own type and traceback; and no reader thread outliving its
+iterator, nor any noise at interpreter exit.
+"""
+
+import collections
+import gc
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import traceback
+
+import pytest
+
+from grain_dataset import (
+    DatasetOptions,
+    MapDataset,
+    ReadOptions,
+    WithOptionsIterDataset,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+THREADS = [0, 1, 4, 16]
+READER = "grain-read"
+
+
+def reader_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name == READER and t.is_alive()}
+
+
+def still_alive(threads: set[threading.Thread], timeout: float = 5.0) -> list[threading.Thread]:
+    """The threads of `threads` still alive after waiting up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [t for t in threads if t.is_alive()]
+
+
+def jitter(x: int) -> int:
+    """Makes some elements slow, so that chunks finish out of order in the pool."""
+    if x % 7 == 0:
+        time.sleep(0.0003)
+    return x
+
+
+def keep(x: int) -> bool:
+    return x % 3 != 0
+
+
+def read_until_error(iterator) -> tuple[list, Exception]:
+    """The elements before the first error, and the error."""
+    delivered = []
+    while True:
+        try:
+            delivered.append(next(iterator))
+        except StopIteration:
+            pytest.fail(f"no error after {len(delivered)} elements")
+        except Exception as error:
+            return delivered, error
+
+
+def drain(iterator) -> tuple[list, list[BaseException]]:
+    """Everything `iterator` yields, collecting (and stepping over) errors."""
+    values, errors = [], []
+    while True:
+        try:
+            values.append(next(iterator))
+        except StopIteration:
+            return values, errors
+        except Exception as error:
+            errors.append(error)
+            if len(errors) > 10:
+                raise
+
+
+# -- order and Nones ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("buffer_size", [0, 1, 3, 500])
+def test_yields_non_none_elements_of_one_epoch_in_order(num_threads, buffer_size):
+    ds = MapDataset.range(400).map(jitter).filter(keep)
+    options = ReadOptions(num_threads=num_threads, prefetch_buffer_size=buffer_size)
+    assert list(ds.to_iter_dataset(options)) == [x for x in range(400) if keep(x)]
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_allow_nones_yields_the_filtered_positions_as_none(num_threads):
+    ds = MapDataset.range(100).filter(keep)
+    options = ReadOptions(num_threads=num_threads, prefetch_buffer_size=7)
+    got = list(ds.to_iter_dataset(options, allow_nones=True))
+    assert got == [x if keep(x) else None for x in range(100)]
+
+
+def test_default_read_options_give_the_same_elements():
+    ds = MapDataset.range(1000).shuffle(seed=4).filter(keep)
+    assert list(ds.to_iter_dataset()) == list(ds.to_iter_dataset(ReadOptions(num_threads=0)))
+    assert sorted(ds.to_iter_dataset()) == [x for x in range(1000) if keep(x)]
+
+
+def test_iterating_twice_gives_the_same_epoch():
+    ds = MapDataset.range(50).shuffle(seed=1).to_iter_dataset(ReadOptions(num_threads=4))
+    assert list(ds) == list(ds)
+
+
+def test_empty_dataset_yields_nothing():
+    for num_threads in THREADS:
+        assert list(MapDataset.range(0).to_iter_dataset(ReadOptions(num_threads=num_threads))) == []
+
+
+@pytest.mark.parametrize("num_threads", [0, 1, 16])
+@pytest.mark.parametrize("buffer_size", [1, 500])
+def test_long_stretches_of_none_do_not_stall(num_threads, buffer_size):
+    ds = MapDataset.range(20_000).filter(lambda x: x % 5_000 == 7)
+    ds = ds.to_iter_dataset(ReadOptions(num_threads=num_threads, prefetch_buffer_size=buffer_size))
+    ds = WithOptionsIterDataset(ds, DatasetOptions(filter_warn_threshold_ratio=None))
+    began = time.monotonic()
+    assert list(ds) == [7, 5_007, 10_007, 15_007]
+    assert time.monotonic() - began < 20
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"num_threads": -1}, ValueError),
+        ({"prefetch_buffer_size": -1}, ValueError),
+        ({"num_threads": 1.5}, TypeError),
+        ({"num_threads": "4"}, TypeError),
+        ({"prefetch_buffer_size": None}, TypeError),
+    ],
+)
+def test_read_options_reject_bad_values(kwargs, error):
+    with pytest.raises(error, match=next(iter(kwargs))):
+        ReadOptions(**kwargs)
+
+
+def test_to_iter_dataset_rejects_what_is_not_read_options():
+    with pytest.raises(TypeError, match="read_options"):
+        MapDataset.range(3).to_iter_dataset({"num_threads": 2})
+
+
+# -- state ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_state_is_the_position_after_the_last_returned_element(num_threads):
+    ds = MapDataset.range(20).filter(lambda x: x % 4 == 0)
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads, prefetch_buffer_size=3)))
+    assert it.get_state() == {"next_index": 0}
+    for expected in [0, 4, 8, 12, 16]:
+        assert next(it) == expected
+        assert it.get_state() == {"next_index": expected + 1}
+    with pytest.raises(StopIteration):
+        next(it)
+    end = it.get_state()
+    fresh = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads)))
+    fresh.set_state(end)
+    assert list(fresh) == []
+    it.close()
+
+
+@pytest.mark.parametrize("num_threads", [0, 4])
+def test_state_with_allow_nones_counts_every_position(num_threads):
+    ds = MapDataset.range(10).filter(keep)
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads), allow_nones=True))
+    for k in range(10):
+        next(it)
+        assert it.get_state() == {"next_index": k + 1}
+    it.close()
+
+
+def test_state_does_not_show_the_read_ahead():
+    ds = MapDataset.range(300).shuffle(seed=3).filter(keep)
+    serial = iter(ds.to_iter_dataset(ReadOptions(num_threads=0)))
+    threaded = iter(ds.to_iter_dataset(ReadOptions(num_threads=16, prefetch_buffer_size=50)))
+    threaded.start_prefetch()
+    for _ in range(len(ds) // 3 * 2):
+        assert next(threaded) == next(serial)
+        assert threaded.get_state() == serial.get_state()
+    threaded.close()
+
+
+@pytest.mark.parametrize(("saved_with", "restored_with"), [(16, 0), (0, 16), (4, 1), (1, 4)])
+def test_state_moves_between_thread_counts(saved_with, restored_with):
+    ds = MapDataset.range(40).shuffle(seed=9).repeat(3).filter(keep)
+    expected = list(ds.to_iter_dataset(ReadOptions(num_threads=0)))
+    for k in [0, 1, 5, 39, len(expected) - 1, len(expected)]:
+        it = iter(ds.to_iter_dataset(ReadOptions(num_threads=saved_with, prefetch_buffer_size=9)))
+        head = [next(it) for _ in range(k)]
+        state = it.get_state()
+        it.close()
+        fresh = iter(ds.to_iter_dataset(ReadOptions(num_threads=restored_with)))
+        fresh.set_state(state)
+        assert head + list(fresh) == expected, k
+
+
+@pytest.mark.parametrize("num_threads", [0, 4])
+def test_set_state_moves_a_running_iterator_backwards_and_forwards(num_threads):
+    ds = MapDataset.range(100).to_iter_dataset(ReadOptions(num_threads=num_threads))
+    it = iter(ds)
+    for _ in range(30):
+        next(it)
+    it.set_state({"next_index": 10})
+    assert [next(it) for _ in range(3)] == [10, 11, 12]
+    it.set_state({"next_index": 90})
+    assert list(it) == list(range(90, 100))
+    it.set_state({"next_index": 0})
+    assert list(it) == list(range(100))
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"next_index": -1},
+        {"next_index": 101},
+        {"next_index": 1.0},
+        {"next_index": "3"},
+        {"next_index": True},
+        {"next_index": None},
+        {},
+        {"next_index": 1, "epoch": 0},
+        {"position": 0, "parents": [{"next_index": 0}]},
+        [0],
+        None,
+        3,
+    ],
+)
+def test_set_state_rejects_states_of_another_shape(state):
+    it = iter(MapDataset.range(100).to_iter_dataset(ReadOptions(num_threads=0)))
+    with pytest.raises((ValueError, TypeError)):
+        it.set_state(state)
+
+
+def test_next_index_at_the_end_is_accepted():
+    it = iter(MapDataset.range(100).to_iter_dataset(ReadOptions(num_threads=4)))
+    it.set_state({"next_index": 100})
+    assert list(it) == []
+
+
+# -- start_prefetch ------------------------------------------------------------------------
+
+
+def test_start_prefetch_reads_ahead_without_consuming():
+    lock = threading.Lock()
+    seen: list[int] = []
+
+    def record(x):
+        with lock:
+            seen.append(x)
+        return x
+
+    buffer_size = 10
+    ds = MapDataset.range(100).map(record)
+    ds = ds.to_iter_dataset(ReadOptions(num_threads=4, prefetch_buffer_size=buffer_size))
+    it = iter(ds)
+    it.start_prefetch()
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert seen, "start_prefetch() started no reading"
+    time.sleep(0.1)
+    assert it.get_state() == {"next_index": 0}
+    with lock:
+        assert len(seen) <= buffer_size, "read ahead beyond prefetch_buffer_size"
+    assert next(it) == 0
+    assert it.get_state() == {"next_index": 1}
+    assert list(it) == list(range(1, 100))
+
+
+def test_start_prefetch_and_close_reach_through_a_pipeline():
+    from grain_dataset import IterDataset
+
+    before = reader_threads()
+    ds = IterDataset.mix([threaded(4), threaded(4).filter(lambda x: x % 2)]).map(str).batch(2)
+    it = iter(ds)
+    it.start_prefetch()
+    fresh_state = iter(ds).get_state()
+    assert it.get_state() == fresh_state
+    started = reader_threads() - before
+    assert len(started) >= 2, "start_prefetch did not reach both components"
+    assert next(it).tolist() == ["0", "1"]
+    it.close()
+    assert not still_alive(started)
+
+
+def test_start_prefetch_without_threads_changes_nothing():
+    before = reader_threads()
+    it = iter(MapDataset.range(5).to_iter_dataset(ReadOptions(num_threads=0)))
+    it.start_prefetch()
+    assert it.get_state() == {"next_index": 0}
+    assert list(it) == [0, 1, 2, 3, 4]
+    assert not reader_threads() - before
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+class BoomError(Exception):
+    pass
+
+
+def explode_at(k: int):
+    def explode(x):
+        if x == k:
+            raise BoomError(f"element {x}")
+        return x * 10
+
+    return explode
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+@pytest.mark.parametrize("k", [0, 37, 59])
+def test_map_error_is_raised_at_its_position_with_its_own_type_and_traceback(num_threads, k):
+    ds = MapDataset.range(60).map(explode_at(k))
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads, prefetch_buffer_size=16)))
+    delivered, error = read_until_error(it)
+    assert delivered == [x * 10 for x in range(k)]
+    assert type(error) is BoomError
+    assert str(error) == f"element {k}"
+    assert "explode" in [frame.name for frame in traceback.extract_tb(error.__traceback__)]
+    notes = getattr(error, "__notes__", [])
+    assert any("explode" in note for note in notes), notes
+    # The iterator stays at the failing element: it is read again.
+    assert it.get_state() == {"next_index": k}
+    with pytest.raises(BoomError):
+        next(it)
+    assert it.get_state() == {"next_index": k}
+    # Stepping over it by state continues right after it.
+    it.set_state({"next_index": k + 1})
+    assert list(it) == [x * 10 for x in range(k + 1, 60)]
+    it.close()
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_filter_error_is_raised_at_its_position(num_threads):
+    def picky(x):
+        if x == 21:
+            raise BoomError("picky")
+        return x % 2 == 0
+
+    ds = MapDataset.range(40).filter(picky)
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads)))
+    delivered, error = read_until_error(it)
+    assert delivered == list(range(0, 21, 2))
+    assert type(error) is BoomError
+    assert any("picky" in note for note in error.__notes__)
+    assert it.get_state() == {"next_index": 21}
+    it.close()
+
+
+class FailingSource:
+    def __len__(self):
+        return 30
+
+    def __getitem__(self, index):
+        if index == 12:
+            raise OSError("disk")
+        return index
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_source_error_is_raised_at_its_position(num_threads):
+    it = iter(MapDataset.source(FailingSource()).to_iter_dataset(ReadOptions(num_threads)))
+    delivered, error = read_until_error(it)
+    assert delivered == list(range(12))
+    assert type(error) is OSError
+    assert str(error) == "disk"
+    assert it.get_state() == {"next_index": 12}
+    it.close()
+
+
+@pytest.mark.parametrize("num_threads", THREADS)
+def test_an_error_is_raised_once_per_failure_and_the_element_read_again(num_threads):
+    # A transient failure (e.g. a flaky read) on the first attempt at element 37:
+    # the caller must see the error, at element 37, exactly once, and then get
+    # element 37 and the rest when it asks again.
+    lock = threading.Lock()
+    calls: collections.Counter = collections.Counter()
+
+    def flaky(x):
+        with lock:
+            calls[x] += 1
+            first = calls[x] == 1
+        if x == 37 and first:
+            raise BoomError("transient")
+        return x
+
+    ds = MapDataset.range(60).map(flaky)
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads, prefetch_buffer_size=16)))
+    values, errors = drain(it)
+    assert values == list(range(60))
+    assert [str(e) for e in errors] == ["transient"], "the failure was not reported"
+    it.close()
+
+
+# -- threads ---------------------------------------------------------------------------------
+
+
+def slow(x):
+    time.sleep(0.0005)
+    return x
+
+
+def threaded(num_threads: int = 16):
+    return MapDataset.range(100_000).map(slow).to_iter_dataset(ReadOptions(num_threads, 64))
+
+
+@pytest.mark.parametrize("num_threads", [1, 4, 16])
+def test_close_stops_the_reader_threads(num_threads):
+    before = reader_threads()
+    it = iter(threaded(num_threads))
+    assert next(it) == 0
+    started = reader_threads() - before
+    assert started, "the iterator started no reader thread"
+    assert len(started) <= num_threads
+    it.close()
+    assert not still_alive(started)
+    it.close()  # idempotent
+
+
+def test_dropping_the_iterator_stops_the_reader_threads():
+    before = reader_threads()
+    it = iter(threaded())
+    for _ in range(20):
+        next(it)
+    started = reader_threads() - before
+    assert started
+    del it
+    gc.collect()
+    assert not still_alive(started)
+
+
+def test_breaking_out_of_a_for_loop_stops_the_reader_threads():
+    before = reader_threads()
+    started = set()
+    for x in threaded():
+        started |= reader_threads() - before
+        if x == 30:
+            break
+    assert started
+    gc.collect()
+    assert not still_alive(started)
+
+
+def test_dropping_a_pipeline_iterator_stops_the_threads_of_every_component():
+    from grain_dataset import IterDataset
+
+    before = reader_threads()
+    ds = IterDataset.mix([threaded(4), threaded(4).map(lambda x: -x)]).batch(4)
+    it = iter(ds)
+    assert [b.tolist() for b in (next(it), next(it))] == [[0, 0, 1, -1], [2, -2, 3, -3]]
+    started = reader_threads() - before
+    assert len(started) >= 2
+    del it
+    gc.collect()
+    assert not still_alive(started)
+
+
+def test_a_with_block_closes_the_iterator():
+    before = reader_threads()
+    with iter(threaded()) as it:
+        next(it)
+        started = reader_threads() - before
+    assert started
+    assert not still_alive(started)
+
+
+def test_an_error_does_not_leak_threads():
+    before = reader_threads()
+    ds = MapDataset.range(10_000).map(explode_at(500))
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=8)))
+    with pytest.raises(BoomError):
+        for _ in it:
+            pass
+    started = reader_threads() - before
+    it.close()
+    assert not still_alive(started)
+
+
+def test_closing_before_reading_is_fine():
+    it = iter(threaded())
+    it.close()
+    it.close()
+
+
+def test_interpreter_exit_mid_epoch_is_silent():
+    code = textwrap.dedent(
+        """
+        import time
+        import grain_dataset as gd
+
+        def slow(x):
+            time.sleep(0.001)
+            return x
+
+        ds = gd.MapDataset.range(1_000_000).map(slow)
+        it = iter(ds.to_iter_dataset(gd.ReadOptions(num_threads=16, prefetch_buffer_size=500)))
+        for _ in range(50):
+            next(it)
+        kept = iter(ds.to_iter_dataset(gd.ReadOptions(num_threads=16)))
+        kept.start_prefetch()
+        print("ok")
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert result.stderr == ""
+    assert result.returncode == 0
+    assert result.stdout == "ok\n"
