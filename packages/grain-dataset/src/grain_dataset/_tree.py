@@ -23,13 +23,15 @@ def _is_namedtuple(value: Any) -> bool:
     return isinstance(value, tuple) and hasattr(type(value), "_fields")
 
 
-def _path_text(path: tuple[Any, ...]) -> str:
-    return "element" + "".join(f"[{key!r}]" for key in path)
+def _where(path: tuple[Any, ...], index: int) -> str:
+    if not path:
+        return f"element {index}"
+    return "element" + "".join(f"[{key!r}]" for key in path) + f" of element {index}"
 
 
 def _structure_error(path: tuple[Any, ...], index: int, first: Any, other: Any, why: str) -> None:
     raise ValueError(
-        f"cannot batch: {_path_text(path)} of element {index} {why} "
+        f"cannot batch: {_where(path, index)} {why} "
         f"(element 0 has {_describe(first)}, element {index} has {_describe(other)}). "
         "Every element of a batch needs the same structure and leaf shapes; "
         "pad or filter the elements first, or pass `batch_fn=`."
