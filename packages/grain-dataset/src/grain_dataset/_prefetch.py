@@ -6,6 +6,9 @@ shuffle, a source or a batch sees many indices at once and can vectorize; the
 chunk size adapts to keep one chunk near `_TARGET_CHUNK_S` of work. With
 threads, chunks run in a small pool of daemon threads, at most
 `prefetch_buffer_size` elements in flight, and are consumed strictly in order.
+How many chunks run at once (up to `num_threads`) is tuned while reading
+(`_WidthTuner`): waiting elements (I/O) get many threads, pure-Python
+elements, which only queue on the GIL, get few.
 
 State: ``{"next_index": i}``, the position after the last element returned.
 Read-ahead never shows in it, so a state means the same thing whatever the
@@ -40,6 +43,10 @@ from grain_dataset._state import check_state
 _TARGET_CHUNK_S = 0.002
 _FIRST_CHUNK = 8
 _MAX_CHUNK = 1024
+_MAX_CHUNK_WALL_S = 0.01
+_TUNE_CHUNKS = 8
+_TUNE_WINDOW_S = 0.02
+_TUNE_PAUSE_WINDOWS = 32
 
 
 class PrefetchIterDataset(IterDataset[Any]):
@@ -72,8 +79,10 @@ class PrefetchIterDataset(IterDataset[Any]):
         return f"PrefetchIterDataset(read_options={self._read_options!r})"
 
 
-def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[Any], Any, float]:
-    """Elements [start, stop) of `dataset`, the error that stopped them, and the CPU time taken.
+def _read_chunk(
+    dataset: MapDataset[Any], start: int, stop: int
+) -> tuple[list[Any], Any, float, float]:
+    """Elements [start, stop) of `dataset`, the error that stopped them, CPU and wall time.
 
     When the one vectorized read fails, the chunk is read again element by
     element to find where: the elements before the failing one are returned
@@ -81,12 +90,8 @@ def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[A
     to be pure.) If the second read does not fail, the failure was transient:
     the first error is returned at the chunk's start, so it is reported once
     and nothing of the chunk is lost.
-
-    CPU time of this thread, not wall time: time spent waiting for the GIL
-    while other readers run must not shrink the chunks (which would add
-    readers and waiting: a feedback loop).
     """
-    began = time.thread_time()
+    cpu, wall = time.thread_time(), time.perf_counter()
     try:
         values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
     except Exception as first_error:
@@ -95,9 +100,11 @@ def _read_chunk(dataset: MapDataset[Any], start: int, stop: int) -> tuple[list[A
             try:
                 values.append(dataset._getitem(index))
             except Exception as error:
-                return values, error, time.thread_time() - began
-        return [], first_error, time.thread_time() - began
-    return values, None, time.thread_time() - began
+                return values, error, time.thread_time() - cpu, time.perf_counter() - wall
+        values, error = [], first_error
+    else:
+        error = None
+    return values, error, time.thread_time() - cpu, time.perf_counter() - wall
 
 
 def _work(tasks: queue.SimpleQueue) -> None:
@@ -140,6 +147,52 @@ class _Pool:
         self._threads = []
 
 
+class _WidthTuner:
+    """Chooses how many chunks are read at once: more only while it pays.
+
+    Threads help elements that wait (files, sleeps, numpy without the GIL) and
+    hurt elements that are pure Python (they queue on the GIL and pay for every
+    hand-off). So the width starts at 1 and doubles only when the consumer was
+    starved for a window of chunks and the doubled width then reads at least
+    15% faster; otherwise it goes back and waits a while before trying again.
+    The order of elements never depends on the width.
+    """
+
+    def __init__(self, max_width: int):
+        self.width = 1
+        self._max_width = max_width
+        self._window_start = time.perf_counter()
+        self._positions = 0
+        self._waited = 0.0
+        self._chunks = 0
+        self._trial: tuple[int, float] | None = None  # (width before, its rate)
+        self._pause = 0
+
+    def record(self, positions: int, waited: float) -> None:
+        self._positions += positions
+        self._waited += waited
+        self._chunks += 1
+        now = time.perf_counter()
+        elapsed = now - self._window_start
+        if self._chunks < _TUNE_CHUNKS or elapsed < _TUNE_WINDOW_S:
+            return
+        rate = self._positions / elapsed
+        starved = self._waited > 0.2 * elapsed
+        self._window_start, self._positions, self._waited, self._chunks = now, 0, 0.0, 0
+        if self._trial is not None:
+            width, old_rate = self._trial
+            self._trial = None
+            if rate < old_rate * 1.15:
+                self.width = width
+                self._pause = _TUNE_PAUSE_WINDOWS
+            return
+        if self._pause:
+            self._pause -= 1
+        elif starved and self.width < self._max_width:
+            self._trial = (self.width, rate)
+            self.width = min(self._max_width, self.width * 2)
+
+
 class _PrefetchIterator(DatasetIterator[Any]):
     def __init__(self, dataset: PrefetchIterDataset):
         super().__init__()
@@ -150,13 +203,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         options = dataset._read_options
         self._threads = options.num_threads if options.prefetch_buffer_size else 0
         self._buffer_size = options.prefetch_buffer_size
-        # Elements that wait (I/O) cost little CPU and grow big chunks; the cap
-        # keeps enough chunks in flight for every thread to wait on one.
-        self._max_chunk = (
-            max(1, min(_MAX_CHUNK, self._buffer_size // self._threads))
-            if self._threads
-            else _MAX_CHUNK
-        )
+        self._tuner = _WidthTuner(self._threads) if self._threads else None
         self._pool: _Pool | None = None
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
@@ -184,10 +231,25 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
     # -- reading chunks ----------------------------------------------------------------
 
-    def _adapt(self, count: int, elapsed: float) -> None:
+    def _adapt(self, count: int, cpu: float, wall: float) -> None:
+        """Sizes chunks to about `_TARGET_CHUNK_S` of CPU and at most `_MAX_CHUNK_WALL_S`.
+
+        CPU time, not wall time, is the main measure: time spent waiting for the
+        GIL while other readers run must not shrink the chunks (more chunks, more
+        hand-offs, more waiting). The wall-time bound keeps chunks of waiting
+        elements (I/O) small enough to spread over the threads and to start fast.
+        """
         if count:
-            wanted = int(_TARGET_CHUNK_S * count / max(elapsed, 1e-9))
-            self._chunk = max(1, min(wanted, self._chunk * 4, self._max_chunk))
+            wanted = min(
+                int(_TARGET_CHUNK_S * count / max(cpu, 1e-9)),
+                int(_MAX_CHUNK_WALL_S * count / max(wall, 1e-9)),
+            )
+            # Elements that wait (I/O) cost little CPU and grow big chunks; the cap
+            # keeps enough chunks in flight for each of `width` threads to have one.
+            cap = _MAX_CHUNK
+            if self._tuner is not None:
+                cap = max(1, min(cap, self._buffer_size // self._tuner.width))
+            self._chunk = max(1, min(wanted, self._chunk * 4, cap))
 
     def _submit(self) -> None:
         if self._pool is None:
@@ -196,7 +258,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         while (
             self._read_pos < self._length
             and self._in_flight < limit
-            and len(self._pending) < 2 * self._threads
+            and len(self._pending) < self._tuner.width
         ):
             size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
             start, stop = self._read_pos, self._read_pos + size
@@ -214,16 +276,23 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 return False
             start, stop, future = self._pending.popleft()
             self._in_flight -= stop - start
-            values, error, elapsed = future.result()
+            if future.done():
+                waited = 0.0
+            else:
+                began = time.perf_counter()
+                future.result()
+                waited = time.perf_counter() - began
+            values, error, cpu, wall = future.result()
+            self._tuner.record(stop - start, waited)
             self._submit()
         else:
             if self._read_pos >= self._length:
                 return False
             start = self._read_pos
             stop = min(self._length, start + self._chunk)
-            values, error, elapsed = _read_chunk(self._source, start, stop)
+            values, error, cpu, wall = _read_chunk(self._source, start, stop)
             self._read_pos = stop
-        self._adapt(len(values), elapsed)
+        self._adapt(len(values), cpu, wall)
         self._chunk_start, self._values, self._cursor = start, values, 0
         self._error = error
         return True

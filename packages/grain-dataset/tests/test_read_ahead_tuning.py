@@ -1,0 +1,74 @@
+"""The read-ahead's width tuner: more concurrent chunks only while it pays.
+
+Driven with a fake clock, so each decision is checked exactly and no timing of
+this machine enters the test.
+"""
+
+import pytest
+
+from grain_dataset import _prefetch
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(_prefetch.time, "perf_counter", fake)
+    return fake
+
+
+def run_window(tuner, clock, rate, starved):
+    """Feeds one window of chunks read at `rate` positions/s; starved: the consumer waited."""
+    chunks = _prefetch._TUNE_CHUNKS
+    seconds = 0.05
+    for _ in range(chunks):
+        clock.now += seconds / chunks
+        waited = seconds / chunks if starved else 0.0
+        tuner.record(int(rate * seconds / chunks), waited)
+
+
+def test_width_grows_while_more_width_reads_faster(clock):
+    tuner = _prefetch._WidthTuner(max_width=16)
+    assert tuner.width == 1
+    widths = []
+    for _ in range(10):
+        # Waiting elements: the rate is proportional to the width.
+        run_window(tuner, clock, 1000.0 * tuner.width, starved=True)
+        widths.append(tuner.width)
+    assert widths[-1] == 16
+    assert widths == sorted(widths)
+
+
+def test_width_goes_back_when_more_width_does_not_pay(clock):
+    tuner = _prefetch._WidthTuner(max_width=16)
+    run_window(tuner, clock, 1000.0, starved=True)
+    assert tuner.width == 2  # trying
+    run_window(tuner, clock, 1050.0, starved=True)  # +5%: not worth it
+    assert tuner.width == 1
+    for _ in range(_prefetch._TUNE_PAUSE_WINDOWS):
+        run_window(tuner, clock, 1000.0, starved=True)
+        assert tuner.width == 1  # paused before trying again
+    run_window(tuner, clock, 1000.0, starved=True)
+    assert tuner.width == 2
+
+
+def test_width_stays_when_the_consumer_is_not_starved(clock):
+    tuner = _prefetch._WidthTuner(max_width=16)
+    for _ in range(5):
+        run_window(tuner, clock, 1000.0, starved=False)
+    assert tuner.width == 1
+
+
+def test_width_never_exceeds_the_thread_count(clock):
+    tuner = _prefetch._WidthTuner(max_width=3)
+    for _ in range(10):
+        run_window(tuner, clock, 1000.0 * tuner.width, starved=True)
+        assert tuner.width <= 3
+    assert tuner.width == 3
