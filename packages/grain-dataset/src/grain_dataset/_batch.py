@@ -15,13 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._errors import note_stage
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_dataset._tree import stack
 from grain_index import _validate
-
-_INFINITE_LENGTH = (1 << 63) - 1
 
 
 def _check_args(batch_size: Any, drop_remainder: Any, batch_fn: Any) -> int:
@@ -52,7 +50,7 @@ class BatchMapDataset(MapStage):
         self._parent = parent
         self._parent_length = len(parent)
         if is_infinite(self._parent_length):
-            self._length = _INFINITE_LENGTH
+            self._length = INFINITE
         elif drop_remainder:
             self._length = self._parent_length // self._batch_size
         else:
@@ -81,7 +79,7 @@ class BatchMapDataset(MapStage):
 
     def _getitem(self, index: int) -> Any:
         start, stop = self._bounds(index)
-        if stop > _INFINITE_LENGTH:  # past int64: far-away epochs, read one by one
+        if stop > INFINITE:  # past int64: far-away epochs, read one by one
             return self._combine([self._parent._getitem(i) for i in range(start, stop)])
         return self._combine(self._parent._getitems(np.arange(start, stop, dtype=np.int64)))
 
@@ -90,7 +88,7 @@ class BatchMapDataset(MapStage):
         if not self._length:
             raise IndexError("the dataset is empty: it has no element at any index.")
         if is_infinite(self._parent_length):
-            if not fits_int64(indices, _INFINITE_LENGTH // size, _INFINITE_LENGTH):
+            if not fits_int64(indices, INFINITE // size, INFINITE):
                 return super()._getitems(indices)
             starts = indices * size
             sizes = np.full(indices.shape, size, dtype=np.int64)

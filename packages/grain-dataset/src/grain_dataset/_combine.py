@@ -33,6 +33,23 @@ def _check_datasets(datasets: Any, what: str) -> list[MapDataset[Any]]:
     return values
 
 
+def mix_weights(weights: Any, count: int) -> list[Any]:
+    """The weights of a mix of `count` datasets: uniform if None, else one per dataset.
+
+    Their values (negative, all zero, ...) are checked by grain_index's MixingSchedule.
+    """
+    if weights is None:
+        return [1.0] * count
+    if not isinstance(weights, Sequence | np.ndarray):
+        raise TypeError(f"`weights` of mix must be a list of numbers, got {weights!r}.")
+    if len(weights) != count:
+        raise ValueError(
+            f"`weights` of mix must have one weight per dataset: got {len(weights)} "
+            f"weights for {count} datasets."
+        )
+    return list(weights)
+
+
 def _gather(
     datasets: Sequence[MapDataset[Any]], components: np.ndarray, indices: np.ndarray
 ) -> list[Any]:
@@ -99,16 +116,7 @@ class MixedMapDataset(MapStage):
     def __init__(self, datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None):
         datasets = _check_datasets(datasets, "mix")
         super().__init__(datasets)
-        if weights is None:
-            weights = [1.0] * len(datasets)
-        weights = list(weights) if isinstance(weights, Sequence | np.ndarray) else weights
-        if not isinstance(weights, list):
-            raise TypeError(f"`weights` of mix must be a list of numbers, got {weights!r}.")
-        if len(weights) != len(datasets):
-            raise ValueError(
-                f"`weights` of mix must have one weight per dataset: got {len(weights)} "
-                f"weights for {len(datasets)} datasets."
-            )
+        weights = mix_weights(weights, len(datasets))
         self._schedule = MixingSchedule(weights)
         self._datasets = datasets
         self._lengths = [len(dataset) for dataset in datasets]

@@ -12,9 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._combine import mix_weights
 from grain_dataset._state import check_parents_state, check_state
 from grain_index import MixingSchedule
 
@@ -36,17 +35,8 @@ class MixedIterDataset(IterDataset[Any]):
                     f"`datasets[{i}]` of mix must be an IterDataset, got {type(dataset).__name__}."
                 )
         super().__init__(datasets)
-        if weights is None:
-            weights = [1.0] * len(datasets)
-        if not isinstance(weights, Sequence | np.ndarray):
-            raise TypeError(f"`weights` of mix must be a list of numbers, got {weights!r}.")
-        if len(weights) != len(datasets):
-            raise ValueError(
-                f"`weights` of mix must have one weight per dataset: got {len(weights)} "
-                f"weights for {len(datasets)} datasets."
-            )
-        self._schedule = MixingSchedule(list(weights))
-        self._weights = list(weights)
+        self._weights = mix_weights(weights, len(datasets))
+        self._schedule = MixingSchedule(self._weights)
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _MixedIterator(self, [iter(parent) for parent in self._parents])

@@ -222,11 +222,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._dropped = 0
 
     def _cancel_pending(self) -> None:
-        pending = getattr(self, "_pending", ())
-        for _, _, future in pending:
+        for _, _, future in self._pending:
             future.cancel()
-        if pending:
-            pending.clear()
+        self._pending.clear()
         self._in_flight = 0
 
     # -- reading chunks ----------------------------------------------------------------
