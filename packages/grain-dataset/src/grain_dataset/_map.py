@@ -20,6 +20,8 @@ from grain_dataset._stage import MapStage
 
 
 class _ElementwiseMapDataset(MapStage):
+    """Reads the parent, applies `_apply` (one) or `_apply_all` (many), names the stage on error."""
+
     _kind = ""
 
     def __init__(self, parent: MapDataset[Any], transform: Any):
@@ -34,30 +36,44 @@ class _ElementwiseMapDataset(MapStage):
     def _describe(self) -> str:
         return _transforms.describe(self._transform)
 
+    def _apply(self, index: int, value: Any) -> Any:
+        """The stage's function on one element that is not None."""
+        raise NotImplementedError
 
-class MapMapDataset(_ElementwiseMapDataset):
-    """``transform(element)`` for each element."""
-
-    _kind = "map"
+    def _apply_all(self, indices: np.ndarray, values: list[Any]) -> list[Any]:
+        """`_apply` over many (None passes through), as one comprehension: the hot path."""
+        raise NotImplementedError
 
     def _getitem(self, index: int) -> Any:
         value = self._parent._getitem(index)
         if value is None:
             return None
         try:
-            return self._fn(value)
+            return self._apply(index, value)
         except Exception as error:
             note_stage(error, self)
             raise
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         values = self._parent._getitems(indices)
-        fn = self._fn
         try:
-            return [None if value is None else fn(value) for value in values]
+            return self._apply_all(indices, values)
         except Exception as error:
             note_stage(error, self)
             raise
+
+
+class MapMapDataset(_ElementwiseMapDataset):
+    """``transform(element)`` for each element."""
+
+    _kind = "map"
+
+    def _apply(self, index: int, value: Any) -> Any:
+        return self._fn(value)
+
+    def _apply_all(self, indices: np.ndarray, values: list[Any]) -> list[Any]:
+        fn = self._fn
+        return [None if value is None else fn(value) for value in values]
 
 
 class MapWithIndexMapDataset(_ElementwiseMapDataset):
@@ -65,27 +81,15 @@ class MapWithIndexMapDataset(_ElementwiseMapDataset):
 
     _kind = "map_with_index"
 
-    def _getitem(self, index: int) -> Any:
-        value = self._parent._getitem(index)
-        if value is None:
-            return None
-        try:
-            return self._fn(index, value)
-        except Exception as error:
-            note_stage(error, self)
-            raise
+    def _apply(self, index: int, value: Any) -> Any:
+        return self._fn(index, value)
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        values = self._parent._getitems(indices)
+    def _apply_all(self, indices: np.ndarray, values: list[Any]) -> list[Any]:
         fn = self._fn
-        try:
-            return [
-                None if value is None else fn(index, value)
-                for index, value in zip(indices.tolist(), values, strict=True)
-            ]
-        except Exception as error:
-            note_stage(error, self)
-            raise
+        return [
+            None if value is None else fn(index, value)
+            for index, value in zip(indices.tolist(), values, strict=True)
+        ]
 
 
 class RandomMapMapDataset(_ElementwiseMapDataset):
@@ -97,27 +101,15 @@ class RandomMapMapDataset(_ElementwiseMapDataset):
         super().__init__(parent, transform)
         self._seed = stage_seed(self, seed, "random_map")
 
-    def _getitem(self, index: int) -> Any:
-        value = self._parent._getitem(index)
-        if value is None:
-            return None
-        try:
-            return self._fn(value, element_rng(self._seed, index))
-        except Exception as error:
-            note_stage(error, self)
-            raise
+    def _apply(self, index: int, value: Any) -> Any:
+        return self._fn(value, element_rng(self._seed, index))
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        values = self._parent._getitems(indices)
+    def _apply_all(self, indices: np.ndarray, values: list[Any]) -> list[Any]:
         fn, seed = self._fn, self._seed
-        try:
-            return [
-                None if value is None else fn(value, element_rng(seed, index))
-                for index, value in zip(indices.tolist(), values, strict=True)
-            ]
-        except Exception as error:
-            note_stage(error, self)
-            raise
+        return [
+            None if value is None else fn(value, element_rng(seed, index))
+            for index, value in zip(indices.tolist(), values, strict=True)
+        ]
 
 
 class FilterMapDataset(_ElementwiseMapDataset):
@@ -125,24 +117,12 @@ class FilterMapDataset(_ElementwiseMapDataset):
 
     _kind = "filter"
 
-    def _getitem(self, index: int) -> Any:
-        value = self._parent._getitem(index)
-        if value is None:
-            return None
-        try:
-            return value if self._fn(value) else None
-        except Exception as error:
-            note_stage(error, self)
-            raise
+    def _apply(self, index: int, value: Any) -> Any:
+        return value if self._fn(value) else None
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        values = self._parent._getitems(indices)
+    def _apply_all(self, indices: np.ndarray, values: list[Any]) -> list[Any]:
         fn = self._fn
-        try:
-            return [None if value is None or not fn(value) else value for value in values]
-        except Exception as error:
-            note_stage(error, self)
-            raise
+        return [None if value is None or not fn(value) else value for value in values]
 
 
 @register("map")
