@@ -39,10 +39,17 @@ INFINITE = sys.maxsize
 _BUILDERS: dict[str, Callable[..., Any]] = {}
 
 
-def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Registers the builder that a base-class method named `name` delegates to."""
+B = TypeVar("B", bound=Callable[..., Any])
 
-    def decorate(builder: Callable[..., Any]) -> Callable[..., Any]:
+
+def register(name: str) -> Callable[[B], B]:
+    """Registers the builder (a stage class, or a function) that `name` delegates to.
+
+    The base-class method calls it with its own arguments, so a stage class
+    whose __init__ takes them in that order registers itself directly.
+    """
+
+    def decorate(builder: B) -> B:
         _BUILDERS[name] = builder
         return builder
 

@@ -22,7 +22,8 @@ from grain_dataset._tree import stack
 from grain_index import _validate
 
 
-def _check_args(batch_size: Any, drop_remainder: Any, batch_fn: Any) -> int:
+def _batch_options(stage: Any, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> None:
+    """Checks the batch arguments and sets them on `stage` (both batch classes share them)."""
     batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
     if not isinstance(drop_remainder, bool):
         raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
@@ -30,9 +31,12 @@ def _check_args(batch_size: Any, drop_remainder: Any, batch_fn: Any) -> int:
         raise TypeError(
             f"`batch_fn` must be a callable taking a list of elements, got {batch_fn!r}."
         )
-    return batch_size
+    stage._batch_size = batch_size
+    stage._drop_remainder = drop_remainder
+    stage._batch_fn = stack if batch_fn is None else batch_fn
 
 
+@register("map_batch")
 class BatchMapDataset(MapStage):
     """Batches of `batch_size` consecutive elements of the parent."""
 
@@ -44,9 +48,7 @@ class BatchMapDataset(MapStage):
         batch_fn: Callable[[Sequence[Any]], Any] | None = None,
     ):
         super().__init__(parent)
-        self._batch_size = _check_args(batch_size, drop_remainder, batch_fn)
-        self._drop_remainder = drop_remainder
-        self._batch_fn = stack if batch_fn is None else batch_fn
+        _batch_options(self, batch_size, drop_remainder, batch_fn)
         self._parent = parent
         self._parent_length = len(parent)
         if is_infinite(self._parent_length):
@@ -112,6 +114,7 @@ class BatchMapDataset(MapStage):
         return f"batch_size={self._batch_size}, drop_remainder={self._drop_remainder}"
 
 
+@register("iter_batch")
 class BatchIterDataset(IterDataset[Any]):
     """Batches of `batch_size` consecutive elements of the parent."""
 
@@ -123,9 +126,7 @@ class BatchIterDataset(IterDataset[Any]):
         batch_fn: Callable[[Sequence[Any]], Any] | None = None,
     ):
         super().__init__(parent)
-        self._batch_size = _check_args(batch_size, drop_remainder, batch_fn)
-        self._drop_remainder = drop_remainder
-        self._batch_fn = stack if batch_fn is None else batch_fn
+        _batch_options(self, batch_size, drop_remainder, batch_fn)
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _BatchIterator(self, iter(self._parents[0]))
@@ -171,13 +172,3 @@ class _BatchIterator(DatasetIterator[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
-
-
-@register("map_batch")
-def _map_batch(parent: Any, batch_size: int, drop_remainder: bool, batch_fn: Any) -> Any:
-    return BatchMapDataset(parent, batch_size, drop_remainder, batch_fn)
-
-
-@register("iter_batch")
-def _iter_batch(parent: Any, batch_size: int, drop_remainder: bool, batch_fn: Any) -> Any:
-    return BatchIterDataset(parent, batch_size, drop_remainder, batch_fn)

@@ -63,6 +63,7 @@ def _gather(
     return result
 
 
+@register("concatenate")
 class ConcatenateMapDataset(MapStage):
     """The components' elements one after the other."""
 
@@ -110,6 +111,7 @@ class ConcatenateMapDataset(MapStage):
         return f"lengths={self._lengths}"
 
 
+@register("map_mix")
 class MixedMapDataset(MapStage):
     """The components interleaved in proportion to their weights."""
 
@@ -143,6 +145,7 @@ class MixedMapDataset(MapStage):
         return f"weights={self._weights}, lengths={self._lengths}"
 
 
+@register("select_from_datasets")
 class SelectionMapDataset(MapStage):
     """The elements a DatasetSelectionMap picks; every epoch repeats its choices."""
 
@@ -182,18 +185,3 @@ class SelectionMapDataset(MapStage):
 
     def _describe(self) -> str:
         return f"selection_map={type(self._selection_map).__name__}, len={self._length}"
-
-
-@register("concatenate")
-def _concatenate(datasets: Any) -> ConcatenateMapDataset:
-    return ConcatenateMapDataset(datasets)
-
-
-@register("map_mix")
-def _map_mix(datasets: Any, weights: Any) -> MixedMapDataset:
-    return MixedMapDataset(datasets, weights)
-
-
-@register("select_from_datasets")
-def _select(datasets: Any, selection_map: Any) -> SelectionMapDataset:
-    return SelectionMapDataset(datasets, selection_map)

@@ -131,19 +131,25 @@ def assert_equal_output_after_checkpoint(
         if not 0 <= step < len(states):
             raise ValueError(f"`steps` must be in [0, {len(states) - 1}], got {step}.")
         fresh = iter(ds)
-        fresh.set_state(states[step])
-        rest = _run(fresh, len(elements) - step)[0]
-        _compare(elements[step:], rest, step, "a fresh iterator")
-        _check_end(fresh, ended, step, "a fresh iterator")
-        close = getattr(fresh, "close", None)
-        if close:
-            close()
+        _check_restore(fresh, states[step], elements, step, ended, "a fresh iterator")
+        _close(fresh)
     # Restoring backwards into the iterator that produced the run.
     for step in sorted(set(chosen), reverse=True)[:3]:
-        iterator.set_state(states[step])
-        rest = _run(iterator, len(elements) - step)[0]
-        _compare(elements[step:], rest, step, "the original iterator")
-        _check_end(iterator, ended, step, "the original iterator")
+        _check_restore(iterator, states[step], elements, step, ended, "the original iterator")
+    _close(iterator)
+
+
+def _check_restore(
+    iterator: Any, state: Any, elements: list[Any], step: int, ended: bool, how: str
+) -> None:
+    """Restores `state` of `step` into `iterator` and compares the rest of the run."""
+    iterator.set_state(state)
+    rest = _run(iterator, len(elements) - step)[0]
+    _compare(elements[step:], rest, step, how)
+    _check_end(iterator, ended, step, how)
+
+
+def _close(iterator: Any) -> None:
     close = getattr(iterator, "close", None)
     if close:
         close()

@@ -33,6 +33,7 @@ class _ElementwiseIterDataset(IterDataset[Any]):
         return f"{type(self).__name__}({_transforms.describe(self._transform)})"
 
 
+@register("iter_map")
 class MapIterDataset(_ElementwiseIterDataset):
     """``transform(element)`` for each element."""
 
@@ -64,6 +65,7 @@ class _MapIterator(DatasetIterator[Any]):
         self._parent.set_state(state)
 
 
+@register("iter_filter")
 class FilterIterDataset(_ElementwiseIterDataset):
     """The elements for which ``transform(element)`` is true."""
 
@@ -147,6 +149,7 @@ class _CountingIterator(DatasetIterator[Any]):
         self._index = state["index"]
 
 
+@register("iter_map_with_index")
 class MapWithIndexIterDataset(_ElementwiseIterDataset):
     """``transform(index, element)``, the index counting this dataset's elements from 0."""
 
@@ -161,6 +164,7 @@ class _MapWithIndexIterator(_CountingIterator):
         return self._fn(index, value)
 
 
+@register("iter_random_map")
 class RandomMapIterDataset(_ElementwiseIterDataset):
     """``transform(element, rng)`` with `rng` keyed by (stage seed, element count)."""
 
@@ -177,23 +181,3 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
 class _RandomMapIterator(_CountingIterator):
     def _apply(self, index: int, value: Any) -> Any:
         return self._fn(value, element_rng(self._dataset._seed, index))
-
-
-@register("iter_map")
-def _iter_map(parent: Any, transform: Any) -> MapIterDataset:
-    return MapIterDataset(parent, transform)
-
-
-@register("iter_map_with_index")
-def _iter_map_with_index(parent: Any, transform: Any) -> MapWithIndexIterDataset:
-    return MapWithIndexIterDataset(parent, transform)
-
-
-@register("iter_random_map")
-def _iter_random_map(parent: Any, transform: Any, seed: int | None) -> RandomMapIterDataset:
-    return RandomMapIterDataset(parent, transform, seed)
-
-
-@register("iter_filter")
-def _iter_filter(parent: Any, transform: Any) -> FilterIterDataset:
-    return FilterIterDataset(parent, transform)

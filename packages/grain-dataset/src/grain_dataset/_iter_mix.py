@@ -18,6 +18,7 @@ from grain_dataset._state import check_parents_state, check_state
 from grain_index import MixingSchedule
 
 
+@register("iter_mix")
 class MixedIterDataset(IterDataset[Any]):
     """The components interleaved in proportion to their weights."""
 
@@ -79,8 +80,3 @@ class _MixedIterator(DatasetIterator[Any]):
                 iterator.set_state(parent_state)
             raise
         self._position = state["position"]
-
-
-@register("iter_mix")
-def _iter_mix(datasets: Any, weights: Any) -> MixedIterDataset:
-    return MixedIterDataset(datasets, weights)

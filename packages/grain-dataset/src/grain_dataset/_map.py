@@ -63,6 +63,7 @@ class _ElementwiseMapDataset(MapStage):
             raise
 
 
+@register("map")
 class MapMapDataset(_ElementwiseMapDataset):
     """``transform(element)`` for each element."""
 
@@ -76,6 +77,7 @@ class MapMapDataset(_ElementwiseMapDataset):
         return [None if value is None else fn(value) for value in values]
 
 
+@register("map_with_index")
 class MapWithIndexMapDataset(_ElementwiseMapDataset):
     """``transform(index, element)`` for each element."""
 
@@ -92,6 +94,7 @@ class MapWithIndexMapDataset(_ElementwiseMapDataset):
         ]
 
 
+@register("random_map")
 class RandomMapMapDataset(_ElementwiseMapDataset):
     """``transform(element, rng)`` with `rng` keyed by (stage seed, index)."""
 
@@ -112,6 +115,7 @@ class RandomMapMapDataset(_ElementwiseMapDataset):
         ]
 
 
+@register("filter")
 class FilterMapDataset(_ElementwiseMapDataset):
     """The element where ``transform(element)`` is true, else None."""
 
@@ -123,23 +127,3 @@ class FilterMapDataset(_ElementwiseMapDataset):
     def _apply_all(self, indices: np.ndarray, values: list[Any]) -> list[Any]:
         fn = self._fn
         return [None if value is None or not fn(value) else value for value in values]
-
-
-@register("map")
-def _map(parent: Any, transform: Any) -> MapMapDataset:
-    return MapMapDataset(parent, transform)
-
-
-@register("map_with_index")
-def _map_with_index(parent: Any, transform: Any) -> MapWithIndexMapDataset:
-    return MapWithIndexMapDataset(parent, transform)
-
-
-@register("random_map")
-def _random_map(parent: Any, transform: Any, seed: int | None) -> RandomMapMapDataset:
-    return RandomMapMapDataset(parent, transform, seed)
-
-
-@register("filter")
-def _filter(parent: Any, transform: Any) -> FilterMapDataset:
-    return FilterMapDataset(parent, transform)

@@ -49,6 +49,7 @@ _TUNE_WINDOW_S = 0.02
 _TUNE_PAUSE_WINDOWS = 32
 
 
+@register("to_iter_dataset")
 class PrefetchIterDataset(IterDataset[Any]):
     """An IterDataset over one epoch of a MapDataset, read ahead by threads."""
 
@@ -274,13 +275,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 return False
             start, stop, future = self._pending.popleft()
             self._in_flight -= stop - start
-            if future.done():
-                waited = 0.0
-            else:
-                began = time.perf_counter()
-                future.result()
-                waited = time.perf_counter() - began
+            ready, began = future.done(), time.perf_counter()
             values, error, cpu, wall = future.result()
+            waited = 0.0 if ready else time.perf_counter() - began
             self._tuner.record(stop - start, waited)
             self._submit()
         else:
@@ -358,8 +355,3 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
     def __repr__(self) -> str:
         return f"PrefetchDatasetIterator(next_index={self._next}, length={self._length})"
-
-
-@register("to_iter_dataset")
-def _to_iter_dataset(parent: Any, read_options: Any, allow_nones: bool) -> PrefetchIterDataset:
-    return PrefetchIterDataset(parent, read_options, allow_nones)

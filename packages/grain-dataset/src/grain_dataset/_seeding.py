@@ -35,6 +35,7 @@ def stage_seed(stage: Any, seed: Any, what: str) -> int:
     return default
 
 
+@register("map_seed")
 class SeedMapDataset(MapStage):
     """Passes elements through; sets the seed later random stages derive theirs from."""
 
@@ -57,6 +58,7 @@ class SeedMapDataset(MapStage):
         return f"seed={self._seed}"
 
 
+@register("iter_seed")
 class SeedIterDataset(IterDataset[Any]):
     """Passes elements through; sets the seed later random stages derive theirs from."""
 
@@ -70,13 +72,3 @@ class SeedIterDataset(IterDataset[Any]):
 
     def __repr__(self) -> str:
         return f"SeedIterDataset(seed={self._seed})"
-
-
-@register("map_seed")
-def _map_seed(parent: Any, seed: int) -> SeedMapDataset:
-    return SeedMapDataset(parent, seed)
-
-
-@register("iter_seed")
-def _iter_seed(parent: Any, seed: int) -> SeedIterDataset:
-    return SeedIterDataset(parent, seed)

@@ -23,6 +23,7 @@ from grain_index import (
 )
 
 
+@register("shuffle")
 class ShuffleMapDataset(MapStage):
     """The parent's elements in a new global order every epoch."""
 
@@ -75,8 +76,3 @@ class ShuffleMapDataset(MapStage):
 
     def _describe(self) -> str:
         return f"len={self._length}"
-
-
-@register("shuffle")
-def _shuffle(parent: Any, seed: int | None) -> ShuffleMapDataset:
-    return ShuffleMapDataset(parent, seed)

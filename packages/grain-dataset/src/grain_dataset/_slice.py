@@ -18,6 +18,7 @@ from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import _validate
 
 
+@register("slice")
 class SliceMapDataset(MapStage):
     """The parent's elements at the indices of a slice of its first epoch."""
 
@@ -60,6 +61,7 @@ class SliceMapDataset(MapStage):
         return f"start={r.start}, stop={r.stop}, step={r.step}"
 
 
+@register("repeat")
 class RepeatMapDataset(MapStage):
     """`num_epochs` epochs of the parent, or infinitely many (length sys.maxsize)."""
 
@@ -92,13 +94,3 @@ class RepeatMapDataset(MapStage):
 
     def _describe(self) -> str:
         return f"num_epochs={self._num_epochs}"
-
-
-@register("slice")
-def _slice(parent: Any, sl: slice) -> SliceMapDataset:
-    return SliceMapDataset(parent, sl)
-
-
-@register("repeat")
-def _repeat(parent: Any, num_epochs: int | None) -> RepeatMapDataset:
-    return RepeatMapDataset(parent, num_epochs)

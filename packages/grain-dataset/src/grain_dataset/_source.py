@@ -12,6 +12,7 @@ from grain_dataset._stage import MapStage, epochs_of
 from grain_index import _validate
 
 
+@register("source")
 class SourceMapDataset(MapStage):
     """Reads a random-access source: anything with `__len__` and `__getitem__`.
 
@@ -49,6 +50,7 @@ class SourceMapDataset(MapStage):
         return f"source={type(self._source).__name__}, len={self._length}"
 
 
+@register("range")
 class RangeMapDataset(MapStage):
     """The integers of ``range(start, stop, step)``, the same in every epoch."""
 
@@ -81,13 +83,3 @@ class RangeMapDataset(MapStage):
     def _describe(self) -> str:
         r = self._range
         return f"start={r.start}, stop={r.stop}, step={r.step}"
-
-
-@register("source")
-def _source(source: Any) -> SourceMapDataset:
-    return SourceMapDataset(source)
-
-
-@register("range")
-def _range(start: int, stop: int | None, step: int) -> RangeMapDataset:
-    return RangeMapDataset(start, stop, step)
