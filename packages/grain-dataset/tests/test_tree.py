@@ -72,12 +72,19 @@ def test_arrays_stack_along_a_new_first_axis():
         ([np.int8(-1), np.int8(3)], np.array([-1, 3], dtype=np.int8)),
         ([np.array(4), np.array(5)], np.array([4, 5])),
         (["ab", "c"], np.array(["ab", "c"])),
-        ([b"x", b"yz"], np.array([b"x", b"yz"])),
+        ([b"x", b"yz"], np.array([b"x", b"yz"], dtype=object)),
     ],
     ids=["int", "float", "bool", "float32", "int8", "0-d array", "str", "bytes"],
 )
 def test_scalar_leaves_become_a_1d_array(leaves, expected):
     assert_same(stack(leaves), expected)
+
+
+def test_bytes_leaves_keep_trailing_nul_bytes():
+    records = [b"\x01\x00", b"\x00", b"", b"ab\x00\x00"]
+    batch = stack([{"raw": r} for r in records])["raw"]
+    assert batch.shape == (4,)
+    assert batch.tolist() == records
 
 
 def test_nested_dicts_lists_and_tuples():

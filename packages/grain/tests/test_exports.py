@@ -32,7 +32,7 @@ EXPORTS = {
         "assert_equal_output_after_checkpoint",
         "index_shuffle",
     ],
-    "grain.sources": ["RandomAccessDataSource"],
+    "grain.sources": ["ArrayRecordDataSource", "RandomAccessDataSource", "RangeDataSource"],
     "grain.transforms": [
         "Batch",
         "DatasetSelectionMap",
@@ -88,7 +88,12 @@ EXPORTS = {
         "integer_weights",
         "shard_bounds",
     ],
-    "grain_sources": ["RandomAccessDataSource"],
+    "grain_sources": [
+        "ArrayRecordDataSource",
+        "RandomAccessDataSource",
+        "RangeDataSource",
+        "write_array_record",
+    ],
     "grain_dataset": [
         "Batch",
         "DatasetIterator",

@@ -9,6 +9,9 @@ Hand-written rather than built on optree or dm-tree: the batch path needs only
 these container types, no extra dependency, and errors that name the leaf
 (``element['image'][1]``) and the element that differs, which a generic
 flatten-and-compare cannot say.
+
+Bytes leaves stack into an object array of the same bytes objects: numpy's
+``S`` dtype would silently drop trailing NUL bytes of binary records.
 """
 
 from __future__ import annotations
@@ -56,6 +59,11 @@ def _rebuild_mapping(kind: type, result: dict) -> Any:
 
 def _stack_leaves(path: tuple[Any, ...], leaves: list[Any]) -> np.ndarray:
     first = leaves[0]
+    if isinstance(first, bytes) and all(isinstance(leaf, bytes) for leaf in leaves):
+        # numpy's fixed-width bytes dtype drops trailing NUL bytes on reading: keep the objects.
+        result = np.empty(len(leaves), dtype=object)
+        result[:] = leaves
+        return result
     try:
         if isinstance(first, np.ndarray):
             return np.stack(leaves)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
@@ -18,6 +20,7 @@ import numpy as np
 
 import grain
 from grain_index import derive_seed, index_shuffle_array
+from grain_sources import write_array_record
 
 T = TypeVar("T")
 
@@ -47,20 +50,46 @@ def _progress(done: int, total: int, label: str) -> None:
         )
 
 
-def _make_record(index: int) -> dict[str, np.ndarray]:
-    """A built-in "document": 64 token ids and a label, computed from its index."""
+def _encode_records(start: int, stop: int) -> np.ndarray:
+    """Built-in "documents" as rows of int32: 64 token ids, then a label."""
+    index = np.arange(start, stop, dtype=np.int32)[:, None]
     tokens = (np.arange(64, dtype=np.int32) * 31 + index) % 1000
-    return {"tokens": tokens, "label": np.int32(index % 10)}
+    return np.concatenate([tokens, index % 10], axis=1)
+
+
+def _write_sources(directory: str, n: int) -> tuple[str, str]:
+    """Writes the built-in data as sharded ArrayRecord files; returns their patterns."""
+    patterns = []
+    for name, start, stop, shards in (("books", 0, n, 4), ("web", n, n + n // 2, 2)):
+        rows = _encode_records(start, stop)
+        base = os.path.join(directory, name)
+        begin = time.perf_counter()
+        write_array_record([row.tobytes() for row in rows], base, num_shards=shards)
+        elapsed = time.perf_counter() - begin
+        print(
+            f"wrote {len(rows):,} records into {shards} ArrayRecord shards ({name}): "
+            f"{_rate(len(rows), elapsed)}"
+        )
+        patterns.append(f"{base}@{shards}")
+    return patterns[0], patterns[1]
+
+
+def _decode(record: bytes) -> dict[str, np.ndarray]:
+    row = np.frombuffer(record, dtype=np.int32)
+    return {"tokens": row[:64], "label": row[64]}
 
 
 def _augment(record: dict[str, np.ndarray], rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {**record, "noise": rng.standard_normal(4).astype(np.float32)}
 
 
-def _pipeline(n: int, seed: int, threads: int) -> grain.IterDataset:
-    """Two shuffled sources mixed 0.7/0.3, a random augmentation, batches of 32."""
-    books = grain.MapDataset.range(n).seed(seed).shuffle().map(_make_record)
-    web = grain.MapDataset.range(n, n + n // 2).seed(seed + 1).shuffle().map(_make_record)
+def _pipeline(sources: tuple[str, str], n: int, seed: int, threads: int) -> grain.IterDataset:
+    """Two shuffled file sources mixed 0.7/0.3, a random augmentation, batches of 32."""
+    books_files, web_files = sources
+    books = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(books_files))
+    web = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(web_files))
+    books = books.seed(seed).shuffle().map(_decode)
+    web = web.seed(seed + 1).shuffle().map(_decode)
     mixed = grain.MapDataset.mix([books.repeat(), web.repeat()], weights=[0.7, 0.3])
     return (
         mixed.seed(seed)
@@ -77,10 +106,10 @@ def _same_batches(a: list, b: list) -> bool:
     )
 
 
-def _dataset_demo(n: int, seed: int) -> bool:
+def _dataset_demo(sources: tuple[str, str], n: int, seed: int) -> bool:
     ok = True
     for threads in (0, 4):
-        ds = _pipeline(n, seed, threads)
+        ds = _pipeline(sources, n, seed, threads)
         count = 0
         start = time.perf_counter()
         with iter(ds) as iterator:
@@ -94,7 +123,7 @@ def _dataset_demo(n: int, seed: int) -> bool:
         )
 
     # Checkpoint mid-epoch, as JSON, and restore it into a fresh iterator.
-    ds = _pipeline(n, seed, 4)
+    ds = _pipeline(sources, n, seed, 4)
     iterator = iter(ds)
     consumed = n // 32 // 3
     for _ in range(consumed):
@@ -110,9 +139,9 @@ def _dataset_demo(n: int, seed: int) -> bool:
     print(f"  restored into a fresh iterator, next 20 batches identical: {same}")
     ok &= same
 
-    labels = np.concatenate([b["label"] for b in _pipeline(n, seed, 0)])
+    labels = np.concatenate([b["label"] for b in _pipeline(sources, n, seed, 0)])
     print(f"  one epoch holds {len(labels):,} records; rebuilt pipeline identical: ", end="")
-    again = np.concatenate([b["label"] for b in _pipeline(n, seed, 4)])
+    again = np.concatenate([b["label"] for b in _pipeline(sources, n, seed, 4)])
     same = bool(np.array_equal(labels, again))
     print(same)
     return ok and same
@@ -122,7 +151,9 @@ def _demo(args: argparse.Namespace) -> int:
     n, seed, shards = args.num_records, args.seed, 2
     print(f"grain demo: {n:,} built-in records, seed {seed}")
     print("(worker processes and devices arrive with the next layers)\n")
-    ok = _dataset_demo(n, seed)
+    with tempfile.TemporaryDirectory(prefix="grain-demo-") as directory:
+        sources = _write_sources(directory, n)
+        ok = _dataset_demo(sources, n, seed)
     print()
 
     samplers = [

@@ -1,0 +1,243 @@
+"""ArrayRecordDataSource: random access into one or many ArrayRecord files.
+
+Index math: the files' record counts are summed once (`_ends`), so global
+index i lives in file ``searchsorted(_ends, i, "right")`` at ``i - start``.
+
+Reading: an ArrayRecordReader is stateful (`seek` then `read`) and holds the
+GIL, so each read borrows a reader from a small per-file pool and returns it;
+concurrent threads get readers of their own, and a pool never outgrows the
+number of threads that read at once. ``read([i])`` costs time proportional to
+the records in the file (it prepares the whole index), so single reads and small
+per-file groups use ``seek`` + ``read``; only large groups use ``read(list)``,
+whose per-record cost is lower once that set-up is paid.
+
+Processes: the source pickles as its paths and record counts. Readers open
+lazily in the process that reads, and a fork child never touches readers its
+parent opened (their file offsets would be shared).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordReader
+
+from grain_sources._checks import record_index, record_indices
+from grain_sources._paths import PathLike, expand
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
+"""Random-access reader options: no read-ahead, no reader thread pool (both slow
+random reads down severalfold, measured in benchmarks/array_record.py)."""
+
+# Per-file group size from which one read(list) beats a loop of seek+read.
+_BATCH_READ_MIN = 512
+
+
+class ArrayRecordDataSource:
+    """Records of one or more ArrayRecord files, by global index.
+
+    Args:
+      paths: a file, a glob pattern (``"data/train-*"``), a sharded name
+        (``"data/train@4"`` for ``train-00000-of-00004`` ...), or a list of
+        these. Files are read in the order given (a glob's matches sorted).
+      reader_options: ArrayRecordReader options; the default suits random
+        access.
+
+    Every file is opened and checked when the source is created: a missing,
+    empty, truncated or corrupt file raises an error naming it. Records are
+    returned as bytes; decode them with a ``.map`` in the pipeline.
+
+    Example::
+
+        grain_sources.write_array_record(records, "/data/train", num_shards=4)
+        source = grain.sources.ArrayRecordDataSource("/data/train@4")
+        ds = grain.MapDataset.source(source).shuffle(seed=0).map(decode)
+    """
+
+    def __init__(self, paths: PathLike | Sequence[PathLike], *, reader_options: str | None = None):
+        self._options = DEFAULT_READER_OPTIONS if reader_options is None else reader_options
+        if not isinstance(self._options, str):
+            raise TypeError(
+                f"`reader_options` must be a str like {DEFAULT_READER_OPTIONS!r}, "
+                f"got {type(reader_options).__name__}."
+            )
+        self._files = tuple(expand(paths))
+        counts = [self._count_records(path) for path in self._files]
+        self._setup(np.cumsum(np.asarray(counts, dtype=np.int64)))
+
+    def _setup(self, ends: np.ndarray) -> None:
+        self._ends = ends
+        self._starts = ends - np.diff(ends, prepend=0)
+        self._length = int(ends[-1]) if len(ends) else 0
+        self._reset_readers()
+
+    def _reset_readers(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._idle: list[list[ArrayRecordReader]] = [[] for _ in self._files]
+        self._closed = False
+
+    def _count_records(self, path: str) -> int:
+        if os.path.getsize(path) == 0:
+            raise ValueError(f"{path!r} is empty (0 bytes): it is not an ArrayRecord file.")
+        reader = self._open(path)
+        try:
+            count = reader.num_records()
+            if count:
+                options = reader.writer_options_string()
+                if "group_size:1," not in f"{options},":
+                    _log.warning(
+                        "%s was written with %r: every random read decompresses a whole group; "
+                        "write with group_size:1 for random access.",
+                        path,
+                        options,
+                    )
+            return count
+        finally:
+            reader.close()
+
+    def _open(self, path: str) -> ArrayRecordReader:
+        try:
+            reader = ArrayRecordReader(path, self._options)
+        except ValueError as error:
+            raise ValueError(f"bad `reader_options` {self._options!r}: {error}") from None
+        if not reader.ok():
+            # The constructor never raises on a bad file; a read tells why it is bad.
+            try:
+                reader.read()
+                reason = "the reader is not ok"
+            except (RuntimeError, IndexError) as error:
+                reason = str(error).split("; ", 1)[0] or "unreadable"
+            finally:
+                reader.close()
+            raise ValueError(
+                f"{path!r} is not a readable ArrayRecord file ({reason}): it is corrupt, "
+                "truncated or of another format."
+            )
+        return reader
+
+    @contextmanager
+    def _reader(self, file: int) -> Iterator[ArrayRecordReader]:
+        if self._closed:
+            raise ValueError(f"{self!r} is closed: create a new source to read again.")
+        if self._pid != os.getpid():
+            self._reset_readers()
+        lock, idle = self._lock, self._idle[file]
+        with lock:
+            reader = idle.pop() if idle else None
+        if reader is None:
+            reader = self._open(self._files[file])
+        try:
+            yield reader
+        finally:
+            if self._closed or idle is not self._idle[file]:
+                reader.close()
+            else:
+                with lock:
+                    idle.append(reader)
+
+    def _read_failed(self, file: int, record: int, error: Exception) -> Exception:
+        return RuntimeError(
+            f"reading record {record} of {self._files[file]!r} failed: {error}. "
+            "The file is corrupt or was changed after the source was created."
+        )
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> bytes:
+        index = record_index(index, self._length, self)
+        file = int(np.searchsorted(self._ends, index, side="right"))
+        record = index - int(self._starts[file])
+        with self._reader(file) as reader:
+            try:
+                reader.seek(record)
+                return reader.read()
+            except (RuntimeError, IndexError) as error:
+                raise self._read_failed(file, record, error) from error
+
+    def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
+        """The records at `indices`, reading each file once for all its indices."""
+        indices = record_indices(indices, self._length, self)
+        if len(self._files) == 1:
+            return self._read_file(0, indices)
+        files = np.searchsorted(self._ends, indices, side="right")
+        first = int(files[0]) if len(files) else 0
+        if not len(files) or (files == first).all():
+            return self._read_file(first, indices - self._starts[first])
+        order = np.argsort(files, kind="stable")
+        sorted_files = files[order]
+        cuts = np.flatnonzero(sorted_files[1:] != sorted_files[:-1]) + 1
+        out = np.empty(len(indices), dtype=object)
+        for group in np.split(order, cuts):
+            file = int(files[group[0]])
+            out[group] = self._read_file(file, indices[group] - self._starts[file])
+        return out.tolist()
+
+    def _read_file(self, file: int, records: np.ndarray) -> list[bytes]:
+        wanted = records.tolist()
+        with self._reader(file) as reader:
+            try:
+                if len(wanted) >= _BATCH_READ_MIN:
+                    return reader.read(wanted)
+                seek, read = reader.seek, reader.read
+                out = []
+                for record in wanted:
+                    seek(record)
+                    out.append(read())
+                return out
+            except (RuntimeError, IndexError) as error:
+                raise self._read_failed(file, wanted[0], error) from error
+
+    def __iter__(self) -> Iterator[bytes]:
+        step = 1024
+        for start in range(0, self._length, step):
+            yield from self.__getitems__(np.arange(start, min(start + step, self._length)))
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The files, in the order their records are numbered."""
+        return self._files
+
+    def num_records(self, file: int | None = None) -> int:
+        """The records of file number `file`, or of all files when None."""
+        if file is None:
+            return self._length
+        return int(self._ends[file] - self._starts[file])
+
+    def close(self) -> None:
+        """Closes every idle reader; readers in use close when returned."""
+        self._closed = True
+        with self._lock:
+            idle, self._idle = self._idle, [[] for _ in self._files]
+        for readers in idle:
+            for reader in readers:
+                reader.close()
+
+    def __enter__(self) -> ArrayRecordDataSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"files": self._files, "options": self._options, "ends": self._ends}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._files = state["files"]
+        self._options = state["options"]
+        self._setup(state["ends"])
+
+    def __repr__(self) -> str:
+        files = self._files
+        shown = repr(files[0]) if len(files) == 1 else f"{files[0]!r} ... {files[-1]!r}"
+        count = "1 file" if len(files) == 1 else f"{len(files)} files"
+        return f"ArrayRecordDataSource({count}: {shown}, len={self._length})"

@@ -1,0 +1,77 @@
+"""Turns what users pass as `paths` (a file, a list, a glob, ``name@N``) into files.
+
+A sharded name ``data@4`` means ``data-00000-of-00004`` ... ``data-00003-of-00004``,
+the names `write_array_record` and TFDS give shards. Globs are sorted so that a
+pattern always means the same file order, hence the same global indices.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+PathLike = str | os.PathLike[str]
+_SHARDED = re.compile(r"^(?P<base>.+)@(?P<count>\d+)$")
+_GLOB_CHARS = frozenset("*?[")
+
+
+def shard_name(base: PathLike, index: int, count: int) -> str:
+    """The file name of shard `index` of `count` (``base-00001-of-00004``)."""
+    return f"{os.fspath(base)}-{index:05d}-of-{count:05d}"
+
+
+def expand(paths: Any, argument: str = "paths") -> list[str]:
+    """Returns the files `paths` names, in order; raises if any names nothing."""
+    if isinstance(paths, str | os.PathLike):
+        items: Sequence[Any] = [paths]
+    elif isinstance(paths, bytes):
+        raise TypeError(f"`{argument}` must be a str path, not bytes: decode it first.")
+    else:
+        try:
+            items = list(paths)
+        except TypeError:
+            raise TypeError(
+                f"`{argument}` must be a path, a glob pattern or a list of them, "
+                f"got {type(paths).__name__}."
+            ) from None
+    if not items:
+        raise ValueError(f"`{argument}` is empty: pass at least one file or pattern.")
+    files: list[str] = []
+    for item in items:
+        if not isinstance(item, str | os.PathLike):
+            raise TypeError(
+                f"each entry of `{argument}` must be a path (str or os.PathLike), "
+                f"got {type(item).__name__} {item!r}."
+            )
+        files.extend(_expand_one(os.fspath(item)))
+    return files
+
+
+def _expand_one(pattern: str) -> list[str]:
+    if os.path.isdir(pattern):
+        raise IsADirectoryError(
+            f"{pattern!r} is a directory, not a file: pass its files, e.g. a glob "
+            f"like {os.path.join(pattern, '*.array_record')!r}."
+        )
+    if os.path.exists(pattern):
+        return [pattern]
+    sharded = _SHARDED.match(pattern)
+    if sharded:
+        count = int(sharded["count"])
+        names = [shard_name(sharded["base"], i, count) for i in range(count)]
+        missing = [name for name in names if not os.path.isfile(name)]
+        if count == 0 or missing:
+            raise FileNotFoundError(
+                f"the sharded pattern {pattern!r} needs {count} files named "
+                f"{shard_name(sharded['base'], 0, count)!r} ...; missing: {missing[:3]}."
+            )
+        return names
+    if _GLOB_CHARS & set(pattern):
+        matches = sorted(path for path in glob.glob(pattern) if not os.path.isdir(path))
+        if not matches:
+            raise FileNotFoundError(f"no file matches the pattern {pattern!r}.")
+        return matches
+    raise FileNotFoundError(f"{pattern!r} does not exist: pass an existing file or a glob.")
