@@ -8,6 +8,7 @@ importing this package attaches them all:
   _source, _map, _shuffle, _slice, _batch, _combine, _seeding   MapDataset stages
   _prefetch                                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
+  _file_iter                                                    Parquet/TFRecord IterDatasets
   _transforms, _tree, _options                                  protocols, batching, options
   _conformance                                                  the checkpoint contract check
 """
@@ -31,6 +32,8 @@ from grain_dataset._base import MapDataset as MapDataset
 from grain_dataset._conformance import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )
+from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
+from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset._options import DatasetOptions as DatasetOptions
 from grain_dataset._options import ReadOptions as ReadOptions
 from grain_dataset._transforms import Batch as Batch
@@ -55,8 +58,10 @@ __all__ = [
     "MapDataset",
     "MapTransform",
     "MapWithIndex",
+    "ParquetIterDataset",
     "RandomMapTransform",
     "ReadOptions",
+    "TFRecordIterDataset",
     "Transformation",
     "WithOptionsIterDataset",
     "assert_equal_output_after_checkpoint",

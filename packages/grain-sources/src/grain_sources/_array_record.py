@@ -18,6 +18,7 @@ parent opened (their file offsets would be shared).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -39,6 +40,12 @@ random reads down severalfold, measured in benchmarks/array_record.py)."""
 
 # Per-file group size from which one read(list) beats a loop of seek+read.
 _BATCH_READ_MIN = 512
+
+
+def _close(reader: ArrayRecordReader) -> None:
+    # close() re-raises the error a failed reader saw; it was reported when it happened.
+    with contextlib.suppress(RuntimeError):
+        reader.close()
 
 
 class ArrayRecordDataSource:
@@ -102,7 +109,7 @@ class ArrayRecordDataSource:
                     )
             return count
         finally:
-            reader.close()
+            _close(reader)
 
     def _open(self, path: str) -> ArrayRecordReader:
         try:
@@ -117,7 +124,7 @@ class ArrayRecordDataSource:
             except (RuntimeError, IndexError) as error:
                 reason = str(error).split("; ", 1)[0] or "unreadable"
             finally:
-                reader.close()
+                _close(reader)
             raise ValueError(
                 f"{path!r} is not a readable ArrayRecord file ({reason}): it is corrupt, "
                 "truncated or of another format."
@@ -137,12 +144,15 @@ class ArrayRecordDataSource:
             reader = self._open(self._files[file])
         try:
             yield reader
-        finally:
-            if self._closed or idle is not self._idle[file]:
-                reader.close()
-            else:
-                with lock:
-                    idle.append(reader)
+        except BaseException:
+            # A reader that failed stays failed (not ok): never hand it out again.
+            _close(reader)
+            raise
+        if self._closed or idle is not self._idle[file]:
+            _close(reader)
+        else:
+            with lock:
+                idle.append(reader)
 
     def _read_failed(self, file: int, record: int, error: Exception) -> Exception:
         return RuntimeError(
@@ -185,17 +195,21 @@ class ArrayRecordDataSource:
     def _read_file(self, file: int, records: np.ndarray) -> list[bytes]:
         wanted = records.tolist()
         with self._reader(file) as reader:
-            try:
-                if len(wanted) >= _BATCH_READ_MIN:
+            if len(wanted) >= _BATCH_READ_MIN:
+                try:
                     return reader.read(wanted)
-                seek, read = reader.seek, reader.read
-                out = []
+                except (RuntimeError, IndexError):
+                    pass  # read again one by one below, to name the record that fails
+            seek, read = reader.seek, reader.read
+            out = []
+            record = wanted[0] if wanted else 0
+            try:
                 for record in wanted:
                     seek(record)
                     out.append(read())
-                return out
             except (RuntimeError, IndexError) as error:
-                raise self._read_failed(file, wanted[0], error) from error
+                raise self._read_failed(file, record, error) from error
+            return out
 
     def __iter__(self) -> Iterator[bytes]:
         step = 1024
@@ -220,7 +234,7 @@ class ArrayRecordDataSource:
             idle, self._idle = self._idle, [[] for _ in self._files]
         for readers in idle:
             for reader in readers:
-                reader.close()
+                _close(reader)
 
     def __enter__(self) -> ArrayRecordDataSource:
         return self

@@ -31,11 +31,15 @@ def record_indices(values: Any, length: int, source: object) -> np.ndarray:
     """The vectorized `record_index`: an int64 array of indices in [0, length)."""
     indices = np.asarray(values)
     if indices.ndim != 1:
-        indices = indices.reshape(-1)
+        raise ValueError(
+            f"indices for {type(source).__name__} must be one-dimensional, got shape "
+            f"{indices.shape}: flatten them first."
+        )
     if indices.dtype.kind not in "iu":
         if indices.size == 0:
             return np.zeros(0, np.int64)
-        if indices.dtype == object:
+        if indices.dtype == object or not isinstance(values, np.ndarray):
+            # Python ints beyond int64 turn a list into floats or objects: check each.
             return np.array([record_index(value, length, source) for value in values], np.int64)
         raise TypeError(
             f"indices for {type(source).__name__} must be integers, got an array of "

@@ -61,9 +61,11 @@ def _expand_one(pattern: str) -> list[str]:
     sharded = _SHARDED.match(pattern)
     if sharded:
         count = int(sharded["count"])
+        if count == 0:
+            raise ValueError(f"the sharded pattern {pattern!r} names 0 shards: use name@N, N >= 1.")
         names = [shard_name(sharded["base"], i, count) for i in range(count)]
         missing = [name for name in names if not os.path.isfile(name)]
-        if count == 0 or missing:
+        if missing:
             raise FileNotFoundError(
                 f"the sharded pattern {pattern!r} needs {count} files named "
                 f"{shard_name(sharded['base'], 0, count)!r} ...; missing: {missing[:3]}."

@@ -36,4 +36,3 @@ class RandomAccessDataSource(Protocol[T_co]):
     def __getitem__(self, index: SupportsIndex) -> T_co:
         """The record at `index`, 0 <= index < len(self)."""
         ...
-

@@ -26,6 +26,13 @@ class RangeDataSource:
         if step == 0:
             raise ValueError("`step` of RangeDataSource must not be 0.")
         self._range = builtins.range(start, stop, step)
+        try:
+            len(self._range)
+        except OverflowError:
+            raise ValueError(
+                f"RangeDataSource({start}, {stop}, {step}) has more than sys.maxsize "
+                "elements: a source's length must fit in a Python index."
+            ) from None
         # Outside int64 the vectorized path would overflow; exact Python ints are used instead.
         self._fits = max(abs(start), abs(stop)) + abs(step) < 1 << 62
 
@@ -59,7 +66,9 @@ class RangeDataSource:
         return iter(self._range)
 
     def __eq__(self, other: Any) -> bool:
-        return isinstance(other, RangeDataSource) and self._range == other._range
+        if not isinstance(other, RangeDataSource):
+            return NotImplemented
+        return self._range == other._range
 
     def __hash__(self) -> int:
         return hash(self._range)

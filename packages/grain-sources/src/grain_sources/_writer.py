@@ -7,8 +7,10 @@ shard is complete, so an error never leaves a partial dataset behind.
 
 from __future__ import annotations
 
+import operator
 import os
 import pickle
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -58,7 +60,10 @@ def write_array_record(
       TypeError: a record is not bytes (its position and type are named).
       FileNotFoundError: the directory of `path` does not exist.
     """
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards < 1:
+    if isinstance(num_shards, bool) or not hasattr(num_shards, "__index__"):
+        raise TypeError(f"`num_shards` must be an integer >= 1, got {num_shards!r}.")
+    num_shards = operator.index(num_shards)
+    if num_shards < 1:
         raise ValueError(f"`num_shards` must be an integer >= 1, got {num_shards!r}.")
     encode = _serializer(serializer)
     path = os.fspath(path)
@@ -72,7 +77,9 @@ def write_array_record(
     finals = (
         [path] if num_shards == 1 else [shard_name(path, i, num_shards) for i in range(num_shards)]
     )
-    temps = [f"{final}.tmp-{os.getpid()}" for final in finals]
+    # Unique per call, so concurrent writes of one path never share a temporary file.
+    suffix = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    temps = [final + suffix for final in finals]
     writers: list[ArrayRecordWriter] = []
     meter = Progress(f"writing {path}", progress)
     try:

@@ -19,13 +19,19 @@ from grain_index import RecordMetadata as RecordMetadata
 from grain_index import Sampler as Sampler
 from grain_index import SequentialSampler as SequentialSampler
 from grain_index import ShardOptions as ShardOptions
+from grain_sources import ArrayRecordDataSource as ArrayRecordDataSource
+from grain_sources import InMemoryDataSource as InMemoryDataSource
 from grain_sources import RandomAccessDataSource as RandomAccessDataSource
+from grain_sources import RangeDataSource as RangeDataSource
+from grain_sources import SharedMemoryDataSource as SharedMemoryDataSource
 
 __all__ = [
+    "ArrayRecordDataSource",
     "Batch",
     "DatasetIterator",
     "FilterTransform",
     "FlatMapTransform",
+    "InMemoryDataSource",
     "IndexSampler",
     "IterDataset",
     "MapDataset",
@@ -34,12 +40,14 @@ __all__ = [
     "NoSharding",
     "RandomAccessDataSource",
     "RandomMapTransform",
+    "RangeDataSource",
     "ReadOptions",
     "Record",
     "RecordMetadata",
     "Sampler",
     "SequentialSampler",
     "ShardOptions",
+    "SharedMemoryDataSource",
     "Transformation",
     "experimental",
 ]
