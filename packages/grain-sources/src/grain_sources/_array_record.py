@@ -18,12 +18,12 @@ parent opened (their file offsets would be shared).
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -83,6 +83,9 @@ class ArrayRecordDataSource:
     def _setup(self, ends: np.ndarray) -> None:
         self._ends = ends
         self._starts = ends - np.diff(ends, prepend=0)
+        # Python lists for single reads: bisect on a list beats numpy on one scalar.
+        self._ends_list = ends.tolist()
+        self._starts_list = self._starts.tolist()
         self._length = int(ends[-1]) if len(ends) else 0
         self._reset_readers()
 
@@ -131,28 +134,25 @@ class ArrayRecordDataSource:
             )
         return reader
 
-    @contextmanager
-    def _reader(self, file: int) -> Iterator[ArrayRecordReader]:
+    def _borrow(self, file: int) -> ArrayRecordReader:
+        """An idle reader of `file`, or a new one; hand it back with `_give_back`."""
         if self._closed:
             raise ValueError(f"{self!r} is closed: create a new source to read again.")
         if self._pid != os.getpid():
             self._reset_readers()
-        lock, idle = self._lock, self._idle[file]
-        with lock:
-            reader = idle.pop() if idle else None
-        if reader is None:
-            reader = self._open(self._files[file])
-        try:
-            yield reader
-        except BaseException:
-            # A reader that failed stays failed (not ok): never hand it out again.
+        idle = self._idle[file]
+        with self._lock:
+            if idle:
+                return idle.pop()
+        return self._open(self._files[file])
+
+    def _give_back(self, file: int, reader: ArrayRecordReader, failed: bool = False) -> None:
+        # A reader that failed stays failed (not ok): it is never handed out again.
+        if failed or self._closed or self._pid != os.getpid():
             _close(reader)
-            raise
-        if self._closed or idle is not self._idle[file]:
-            _close(reader)
-        else:
-            with lock:
-                idle.append(reader)
+            return
+        with self._lock:
+            self._idle[file].append(reader)
 
     def _read_failed(self, file: int, record: int, error: Exception) -> Exception:
         return RuntimeError(
@@ -164,15 +164,21 @@ class ArrayRecordDataSource:
         return self._length
 
     def __getitem__(self, index: int) -> bytes:
-        index = record_index(index, self._length, self)
-        file = int(np.searchsorted(self._ends, index, side="right"))
-        record = index - int(self._starts[file])
-        with self._reader(file) as reader:
-            try:
-                reader.seek(record)
-                return reader.read()
-            except (RuntimeError, IndexError) as error:
+        if type(index) is not int or not 0 <= index < self._length:
+            index = record_index(index, self._length, self)
+        file = bisect.bisect_right(self._ends_list, index)
+        record = index - self._starts_list[file]
+        reader = self._borrow(file)
+        try:
+            reader.seek(record)
+            value = reader.read()
+        except BaseException as error:
+            self._give_back(file, reader, failed=True)
+            if isinstance(error, RuntimeError | IndexError):
                 raise self._read_failed(file, record, error) from error
+            raise
+        self._give_back(file, reader)
+        return value
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """The records at `indices`, reading each file once for all its indices."""
@@ -194,22 +200,31 @@ class ArrayRecordDataSource:
 
     def _read_file(self, file: int, records: np.ndarray) -> list[bytes]:
         wanted = records.tolist()
-        with self._reader(file) as reader:
-            if len(wanted) >= _BATCH_READ_MIN:
-                try:
-                    return reader.read(wanted)
-                except (RuntimeError, IndexError):
-                    pass  # read again one by one below, to name the record that fails
-            seek, read = reader.seek, reader.read
-            out = []
-            record = wanted[0] if wanted else 0
+        reader = self._borrow(file)
+        try:
+            out = self._read_with(reader, file, wanted)
+        except BaseException:
+            self._give_back(file, reader, failed=True)
+            raise
+        self._give_back(file, reader)
+        return out
+
+    def _read_with(self, reader: ArrayRecordReader, file: int, wanted: list[int]) -> list[bytes]:
+        if len(wanted) >= _BATCH_READ_MIN:
             try:
-                for record in wanted:
-                    seek(record)
-                    out.append(read())
-            except (RuntimeError, IndexError) as error:
-                raise self._read_failed(file, record, error) from error
-            return out
+                return reader.read(wanted)
+            except (RuntimeError, IndexError):
+                pass  # read again one by one below, to name the record that fails
+        seek, read = reader.seek, reader.read
+        out = []
+        record = wanted[0] if wanted else 0
+        try:
+            for record in wanted:
+                seek(record)
+                out.append(read())
+        except (RuntimeError, IndexError) as error:
+            raise self._read_failed(file, record, error) from error
+        return out
 
     def __iter__(self) -> Iterator[bytes]:
         step = 1024
