@@ -1,0 +1,128 @@
+"""Reading ArrayRecord files through `grain.sources.ArrayRecordDataSource`, as JSON lines.
+
+Usage: python benchmarks/source_read.py [--repeats 5] [--size 20000] [--cases a,b]
+       [--case-size CASE=N]
+
+Runs unchanged against this workspace's `grain` and against upstream grain==0.2.18
+(`benchmarks/compare.py --bench source_read` runs it under both): it writes the files
+with array_record's own `ArrayRecordWriter` (`group_size:1`) and reads them through
+`import grain` only.
+
+Each case reads N records of 1 KB from 4 shards (each record starts with its index
+as 8 little-endian bytes, the rest is random):
+
+  getitem_shuffled      ``src[i]`` for every i of a fixed random permutation
+  pipeline_t0           MapDataset.source(src).shuffle(seed=0).to_iter_dataset(
+                        ReadOptions(num_threads=0))
+  pipeline_tdefault     the same with ReadOptions() (each implementation's default)
+
+A line is the median of `repeats` timed runs after one untimed warm-up; every run's
+output is checked (N records whose indices form a permutation of 0..N-1, and for
+getitem exactly the permutation asked for); `ok` says whether all checks passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from array_record.python.array_record_module import ArrayRecordWriter
+
+import grain
+
+RECORD_BYTES = 1024
+SHARDS = 4
+CASES = ("getitem_shuffled", "pipeline_t0", "pipeline_tdefault")
+
+
+def implementation() -> str:
+    """Which `grain` this is: ours has the `grain_dataset` layer, upstream has `grain._src`."""
+    if importlib.util.find_spec("grain_dataset") is not None:
+        return "ours"
+    if importlib.util.find_spec("grain._src") is not None:
+        return "upstream"
+    return "unknown"
+
+
+def write_files(directory: str, n: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    body = rng.integers(0, 256, (n, RECORD_BYTES), dtype=np.uint8)
+    body[:, :8] = np.arange(n, dtype="<u8").view(np.uint8).reshape(n, 8)
+    paths = []
+    for shard, rows in enumerate(np.array_split(body, SHARDS)):
+        path = os.path.join(directory, f"data-{shard:05d}-of-{SHARDS:05d}")
+        writer = ArrayRecordWriter(path, "group_size:1")
+        for row in rows:
+            writer.write(row.tobytes())
+        writer.close()
+        paths.append(path)
+    return paths
+
+
+def _indices(records: Sequence[bytes]) -> np.ndarray:
+    return np.array([int.from_bytes(r[:8], "little") for r in records], dtype=np.int64)
+
+
+def _case(name: str, paths: list[str], n: int) -> tuple[Callable[[], list[bytes]], Any]:
+    source = grain.sources.ArrayRecordDataSource(paths)
+    if name == "getitem_shuffled":
+        order = np.random.default_rng(1).permutation(n).tolist()
+        return (lambda: [source[i] for i in order]), np.array(order)
+    options = grain.ReadOptions(num_threads=0) if name == "pipeline_t0" else grain.ReadOptions()
+    ds = grain.MapDataset.source(source).shuffle(seed=0)
+    return (lambda: list(ds.to_iter_dataset(options))), None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--size", type=int, default=20_000)
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--case-size", default="", help="CASE=N[,CASE=N]")
+    args = parser.parse_args(argv)
+    sizes = dict(item.split("=") for item in args.case_size.split(",") if item)
+    with tempfile.TemporaryDirectory() as directory:
+        written: dict[int, list[str]] = {}
+        for name in args.cases.split(","):
+            n = int(sizes.get(name, args.size))
+            if n not in written:
+                os.makedirs(os.path.join(directory, str(n)))
+                written[n] = write_files(os.path.join(directory, str(n)), n)
+            run, expected = _case(name, written[n], n)
+            out = run()  # warm-up
+            digest = hashlib.sha256(_indices(out).tobytes()).hexdigest()[:16]
+            times, ok = [], True
+            for _ in range(args.repeats):
+                start = time.perf_counter()
+                out = run()
+                times.append(time.perf_counter() - start)
+                got = _indices(out)
+                ok = ok and len(got) == n and np.array_equal(np.sort(got), np.arange(n))
+                if expected is not None:
+                    ok = ok and np.array_equal(got, expected)
+            median = statistics.median(times)
+            line = {
+                "benchmark": "source_read",
+                "case": name,
+                "implementation": implementation(),
+                "elements": n,
+                "median_s": round(median, 6),
+                "elements_per_s": round(n / median),
+                "ok": bool(ok),
+                "digest": digest,
+            }
+            print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
