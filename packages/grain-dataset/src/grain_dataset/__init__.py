@@ -35,7 +35,11 @@ from grain_dataset._conformance import (
 from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset._options import DatasetOptions as DatasetOptions
+from grain_dataset._options import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset._options import ReadOptions as ReadOptions
+from grain_dataset._stats import PipelineStats as PipelineStats
+from grain_dataset._stats import StageStats as StageStats
+from grain_dataset._stats import track as track_stats
 from grain_dataset._transforms import Batch as Batch
 from grain_dataset._transforms import DatasetSelectionMap as DatasetSelectionMap
 from grain_dataset._transforms import FilterTransform as FilterTransform
@@ -52,6 +56,7 @@ __all__ = [
     "DatasetIterator",
     "DatasetOptions",
     "DatasetSelectionMap",
+    "ExecutionTrackingMode",
     "FilterTransform",
     "FlatMapTransform",
     "IterDataset",
@@ -59,11 +64,14 @@ __all__ = [
     "MapTransform",
     "MapWithIndex",
     "ParquetIterDataset",
+    "PipelineStats",
     "RandomMapTransform",
     "ReadOptions",
+    "StageStats",
     "TFRecordIterDataset",
     "Transformation",
     "WithOptionsIterDataset",
     "assert_equal_output_after_checkpoint",
     "stack",
+    "track_stats",
 ]

@@ -121,6 +121,12 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
             return None
         return derive_seed(self._seed_base, "default_seed", self._depth)
 
+    def __str__(self) -> str:
+        """The pipeline, one stage per line from the source to this dataset."""
+        from grain_dataset._pipeline_repr import describe
+
+        return describe(self)
+
     def pipe(self, func: Callable[..., S], /, *args: Any, **kwargs: Any) -> S:
         """Returns ``func(self, *args, **kwargs)``, to chain any transformation.
 
@@ -484,6 +490,17 @@ class DatasetIterator(Iterator[T], abc.ABC):
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves this iterator to the position `state` describes."""
+
+    def stats(self) -> Any:
+        """The per-stage statistics recorded so far (a `PipelineStats`; `str()` is a table).
+
+        Recording is on when the pipeline has ``DatasetOptions(execution_tracking_mode=
+        "stage_timing")`` (see `WithOptionsIterDataset`) or after
+        ``grain_dataset.track_stats(iterator)``; otherwise there are no stages.
+        """
+        from grain_dataset._stats import collect
+
+        return collect(self)
 
     def start_prefetch(self) -> None:
         """Starts reading ahead in the background, where a stage can (threads, workers)."""

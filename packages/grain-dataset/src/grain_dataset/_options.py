@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 from typing import Any
 
@@ -42,9 +43,33 @@ def _ratio(value: Any, name: str) -> float | None:
     return float(value)
 
 
-_DEFAULTS: dict[str, float | None] = {
+class ExecutionTrackingMode(enum.Enum):
+    """Whether a pipeline records per-stage statistics (`DatasetIterator.stats()`)."""
+
+    DISABLED = "disabled"
+    STAGE_TIMING = "stage_timing"
+
+
+def _mode(value: Any, name: str) -> ExecutionTrackingMode:
+    try:
+        return ExecutionTrackingMode(value)
+    except ValueError:
+        allowed = ", ".join(repr(mode.value) for mode in ExecutionTrackingMode)
+        raise ValueError(
+            f"`{name}` must be a grain.experimental.ExecutionTrackingMode or one of "
+            f"{allowed}, got {value!r}."
+        ) from None
+
+
+_DEFAULTS: dict[str, Any] = {
     "filter_warn_threshold_ratio": 0.9,
     "filter_raise_threshold_ratio": None,
+    "execution_tracking_mode": ExecutionTrackingMode.DISABLED,
+}
+_CHECKS = {
+    "filter_warn_threshold_ratio": _ratio,
+    "filter_raise_threshold_ratio": _ratio,
+    "execution_tracking_mode": _mode,
 }
 
 
@@ -66,6 +91,10 @@ class DatasetOptions:
         share of the elements it sees (default 0.9); None never warns.
       filter_raise_threshold_ratio: raise when a filter drops more than this
         share (default None: never raises).
+      execution_tracking_mode: ``ExecutionTrackingMode.STAGE_TIMING`` (or
+        ``"stage_timing"``) makes the pipeline's iterators count elements and
+        time per stage; read the summary with ``iterator.stats()``. Off by
+        default, and then it costs nothing.
 
     A ratio is checked once a filter has seen at least `MIN_FILTER_CHECK`
     elements, so a few unlucky first elements do not trip it. Options record
@@ -80,15 +109,17 @@ class DatasetOptions:
         *,
         filter_warn_threshold_ratio: float | None = _DEFAULT,
         filter_raise_threshold_ratio: float | None = _DEFAULT,
+        execution_tracking_mode: ExecutionTrackingMode | str = _DEFAULT,
     ):
         values = {
             "filter_warn_threshold_ratio": filter_warn_threshold_ratio,
             "filter_raise_threshold_ratio": filter_raise_threshold_ratio,
+            "execution_tracking_mode": execution_tracking_mode,
         }
         given = frozenset(name for name, value in values.items() if value is not _DEFAULT)
         for name, value in values.items():
             value = _DEFAULTS[name] if value is _DEFAULT else value
-            object.__setattr__(self, name, _ratio(value, name))
+            object.__setattr__(self, name, _CHECKS[name](value, name))
         object.__setattr__(self, "_given", given)
 
     def __setattr__(self, name: str, value: Any) -> None:

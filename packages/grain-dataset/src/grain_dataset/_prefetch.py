@@ -209,6 +209,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
         self._chunk = _FIRST_CHUNK
+        # Totals for `stats()`, kept per chunk so that recording costs nothing per
+        # element: the consumer's time reading (no threads) or blocked on the
+        # readers (threads), the readers' CPU time, elements handed out.
+        self.waited_s = 0.0
+        self.read_cpu_s = 0.0
         self._filter_check = FilterRatioCheck(f"the filters before {dataset!r}")
         self._reset(0)
 
@@ -221,6 +226,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._chunk_start = position
         self._error: BaseException | None = None
         self._dropped = 0
+        # Where counting for `stats()` starts: the positions since, less those filtered.
+        self._origin = position
+        self._dropped_total = 0
 
     def _cancel_pending(self) -> None:
         for _, _, future in self._pending:
@@ -278,6 +286,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             ready, began = future.done(), time.perf_counter()
             values, error, cpu, wall = future.result()
             waited = 0.0 if ready else time.perf_counter() - began
+            self.waited_s += waited
             self._tuner.record(stop - start, waited)
             self._submit()
         else:
@@ -286,7 +295,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
             start = self._read_pos
             stop = min(self._length, start + self._chunk)
             values, error, cpu, wall = _read_chunk(self._source, start, stop)
+            self.waited_s += wall
             self._read_pos = stop
+        self.read_cpu_s += cpu
         self._adapt(len(values), cpu, wall)
         self._chunk_start, self._values, self._cursor = start, values, 0
         self._error = error
@@ -316,6 +327,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 self._next = self._chunk_start + cursor
                 self._fail()
             if values:
+                self._dropped_total += self._dropped
                 self._filter_check.add(len(values), self._dropped, options_of(self))
                 self._dropped = 0
             if not self._next_chunk():
@@ -324,6 +336,10 @@ class _PrefetchIterator(DatasetIterator[Any]):
             values, cursor = self._values, 0
 
     # -- the DatasetIterator contract --------------------------------------------------------
+
+    def stats_counts(self) -> tuple[int, float]:
+        """Elements handed out since the last restore, and seconds reading or waiting."""
+        return self._next - self._origin - self._dropped_total - self._dropped, self.waited_s
 
     def get_state(self) -> dict[str, Any]:
         return {"next_index": self._next}

@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset
-from grain_dataset._options import DatasetOptions
+from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
+from grain_dataset._stats import track
 
 
 class WithOptionsIterDataset(IterDataset[Any]):
@@ -40,6 +41,8 @@ class WithOptionsIterDataset(IterDataset[Any]):
         iterator = iter(self._parents[0])
         ctx = iterator._ctx
         ctx.dataset_options = self._options.merge(ctx.dataset_options)
+        if ctx.dataset_options.execution_tracking_mode is ExecutionTrackingMode.STAGE_TIMING:
+            track(iterator)
         return iterator
 
     def __repr__(self) -> str:

@@ -1,6 +1,7 @@
 """grain.experimental: APIs that may still change."""
 
 from grain_dataset import DatasetOptions as DatasetOptions
+from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset import FlatMapTransform as FlatMapTransform
 from grain_dataset import ParquetIterDataset as ParquetIterDataset
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
@@ -12,6 +13,7 @@ from grain_index import index_shuffle as index_shuffle
 
 __all__ = [
     "DatasetOptions",
+    "ExecutionTrackingMode",
     "FlatMapTransform",
     "ParquetIterDataset",
     "TFRecordIterDataset",

@@ -1,0 +1,226 @@
+"""Per-stage statistics of a running pipeline: elements, time, element spec, bottleneck.
+
+Off, recording costs nothing: no stage checks a flag. `track(iterator)` (or
+``DatasetOptions(execution_tracking_mode="stage_timing")``) switches every
+iterator of the pipeline to a subclass of its own class whose `__next__` also
+counts the element, times one call in `_SAMPLE_EVERY` (`perf_counter_ns`; the
+total is estimated from that sample, since two clock reads per call would cost
+more than many stages do), and notes the first element's spec. An iterator's
+*self* time is its time minus its parents' (their `__next__` runs inside its
+own). `to_iter_dataset` keeps its own totals per chunk instead
+(`stats_counts`): its time is the consumer's time reading chunks (no threads)
+or blocked on the reading threads, and the readers' CPU time is shown beside
+it, since the MapDataset stages run there. The stage with the most self time
+bounds the throughput: the summary's last line names it.
+
+Iterators a stage creates after tracking started (e.g. an interleave opening
+its next file) are not tracked; their time counts as their creator's. With
+stages this cheap, the per-element call of the timing subclass is the cost
+that remains (measured in benchmarks/stats_overhead.py).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+_TIMED: dict[type, type] = {}
+
+
+@dataclass
+class StageStats:
+    """What one stage of a tracked pipeline did."""
+
+    name: str
+    elements: int = 0
+    total_ns: int = 0
+    self_ns: int = 0
+    waiting_s: float | None = None
+    reader_cpu_s: float | None = None
+    spec: str = "-"
+    depth: int = 0
+
+
+@dataclass
+class PipelineStats:
+    """The stages of a tracked pipeline, source first; `str()` is the summary table."""
+
+    stages: list[StageStats] = field(default_factory=list)
+
+    @property
+    def bottleneck(self) -> StageStats | None:
+        """The stage with the most self time (None before any element)."""
+        timed = [stage for stage in self.stages if stage.self_ns > 0]
+        return max(timed, key=lambda stage: stage.self_ns) if timed else None
+
+    def __str__(self) -> str:
+        if not self.stages:
+            return "no stage is tracked: enable execution tracking before iterating."
+        total = sum(stage.self_ns for stage in self.stages) or 1
+        rows = [("#", "stage", "elements", "self ms", "self/elem", "share", "output spec")]
+        for number, stage in enumerate(self.stages):
+            per = stage.self_ns / stage.elements / 1e3 if stage.elements else 0.0
+            name = "  " * stage.depth + stage.name
+            if stage.waiting_s is not None:
+                name += f" [reader CPU {stage.reader_cpu_s * 1e3:.1f} ms]"
+            rows.append(
+                (
+                    str(number),
+                    name,
+                    str(stage.elements),
+                    f"{stage.self_ns / 1e6:.2f}",
+                    f"{per:.2f} us",
+                    f"{100 * stage.self_ns / total:.0f}%",
+                    stage.spec,
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            + "  "
+            + row[-1]
+            for row in rows
+        ]
+        slowest = self.bottleneck
+        if slowest is None:
+            lines.append("bottleneck: none yet (no element has been produced)")
+        else:
+            number = self.stages.index(slowest)
+            lines.append(
+                f"bottleneck: stage {number} {slowest.name} "
+                f"({100 * slowest.self_ns / total:.0f}% of the pipeline's time)"
+            )
+        return "\n".join(lines)
+
+
+# One call in _SAMPLE_EVERY is timed and scaled up: two clock reads on every call
+# would cost more than many stages do.
+_SAMPLE_EVERY = 16
+
+
+class _Record:
+    __slots__ = ("count", "ns", "sampled", "spec")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ns = 0
+        self.sampled = 0
+        self.spec = "-"
+
+    def estimated_ns(self) -> float:
+        """Total time of all calls, from the timed sample of them."""
+        return self.ns * self.count / self.sampled if self.sampled else 0.0
+
+
+def _timed_class(cls: type) -> type:
+    timed = _TIMED.get(cls)
+    if timed is not None:
+        return timed
+    base_next = cls.__next__
+    clock = time.perf_counter_ns
+
+    def __next__(self: Any) -> Any:  # noqa: N807 - it is the iterator's __next__
+        record = self.__dict__["_stats_record"]
+        count = record.count
+        if count % _SAMPLE_EVERY:
+            value = base_next(self)
+            record.count = count + 1
+            return value
+        start = clock()
+        try:
+            value = base_next(self)
+        finally:
+            record.ns += clock() - start
+            record.sampled += 1
+        if not count:
+            record.spec = spec_of(value)
+        record.count = count + 1
+        return value
+
+    timed = type(cls.__name__, (cls,), {"__next__": __next__, "__module__": cls.__module__})
+    timed.__qualname__ = cls.__qualname__
+    _TIMED[cls] = timed
+    return timed
+
+
+def track(iterator: Any) -> Any:
+    """Starts recording statistics in `iterator` and every iterator it reads from."""
+    pending = [iterator]
+    while pending:
+        it = pending.pop()
+        if "_stats_record" not in it.__dict__:
+            it.__dict__["_stats_record"] = _Record()
+            # A stage that keeps its own counts (per chunk) needs no per-element timer.
+            if not hasattr(it, "stats_counts"):
+                it.__class__ = _timed_class(type(it))
+        pending.extend(it.__dict__.get("_parents", ()))
+    return iterator
+
+
+def _total_ns(iterator: Any) -> float:
+    if hasattr(iterator, "stats_counts"):
+        return iterator.stats_counts()[1] * 1e9
+    return iterator.__dict__["_stats_record"].estimated_ns()
+
+
+def _stage_name(iterator: Any) -> str:
+    dataset = iterator.__dict__.get("_dataset")
+    text = repr(dataset) if dataset is not None else type(iterator).__name__
+    source = iterator.__dict__.get("_source")
+    if source is not None and hasattr(source, "_parents"):
+        # to_iter_dataset runs a whole MapDataset chain: name its stages too.
+        chain = []
+        while True:
+            chain.append(type(source).__name__)
+            if len(source._parents) != 1:
+                break
+            source = source._parents[0]
+        text += " reading " + " -> ".join(reversed(chain))
+    return " ".join(text.split())
+
+
+def collect(iterator: Any) -> PipelineStats:
+    """The statistics recorded so far in `iterator`'s pipeline, source first."""
+    stages: list[StageStats] = []
+
+    def visit(it: Any, depth: int) -> None:
+        parents = it.__dict__.get("_parents", ())
+        branch = depth + 1 if len(parents) > 1 else depth
+        for parent in parents:
+            visit(parent, branch)
+        record = it.__dict__.get("_stats_record")
+        if record is None:
+            return
+        inner = sum(_total_ns(p) for p in parents if "_stats_record" in p.__dict__)
+        total = _total_ns(it)
+        stage = StageStats(
+            name=_stage_name(it),
+            elements=it.stats_counts()[0] if hasattr(it, "stats_counts") else record.count,
+            total_ns=round(total),
+            self_ns=round(max(0.0, total - inner)),
+            spec=record.spec,
+            depth=depth,
+        )
+        if hasattr(it, "read_cpu_s"):
+            stage.waiting_s = it.waited_s
+            stage.reader_cpu_s = it.read_cpu_s
+        stages.append(stage)
+
+    visit(iterator, 0)
+    return PipelineStats(stages)
+
+
+def spec_of(value: Any) -> str:
+    """A short text of the shapes and dtypes of a PyTree element."""
+    if isinstance(value, dict):
+        inner = ", ".join(f"{key}: {spec_of(item)}" for key, item in value.items())
+        return "{" + inner + "}"
+    if isinstance(value, list | tuple):
+        inner = ", ".join(spec_of(item) for item in value)
+        return ("[" + inner + "]") if isinstance(value, list) else ("(" + inner + ")")
+    if isinstance(value, np.ndarray | np.generic):
+        return f"{value.dtype}{list(value.shape)}"
+    return type(value).__name__

@@ -1,0 +1,119 @@
+"""Per-stage statistics (`iterator.stats()`) and the pipeline's `str()`."""
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from grain_dataset import (
+    DatasetOptions,
+    ExecutionTrackingMode,
+    MapDataset,
+    PipelineStats,
+    ReadOptions,
+    WithOptionsIterDataset,
+    assert_equal_output_after_checkpoint,
+    track_stats,
+)
+
+TRACK = DatasetOptions(execution_tracking_mode=ExecutionTrackingMode.STAGE_TIMING)
+
+
+def _pipeline(n=400, threads=0, slow_map=0.0):
+    def slow(x):
+        if slow_map:
+            time.sleep(slow_map)
+        return x
+
+    return (
+        MapDataset.range(n)
+        .seed(3)
+        .shuffle()
+        .map(lambda x: np.full(3, x, dtype=np.int32))
+        .to_iter_dataset(ReadOptions(num_threads=threads))
+        .map(slow)
+        .filter(lambda x: x[0] % 2 == 0)
+        .batch(8)
+    )
+
+
+def test_off_by_default_no_stage_is_tracked_and_classes_are_untouched():
+    it = iter(_pipeline())
+    cls = type(it)
+    list(it)
+    assert type(it) is cls
+    stats = it.stats()
+    assert isinstance(stats, PipelineStats)
+    assert stats.stages == []
+    assert "no stage is tracked" in str(stats)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("threads", [0, 2])
+def test_counts_per_stage_source_first(threads):
+    ds = WithOptionsIterDataset(_pipeline(threads=threads), TRACK)
+    it = iter(ds)
+    batches = list(it)
+    stages = it.stats().stages
+    assert [s.elements for s in stages] == [400, 400, 200, len(batches)]
+    assert len(batches) == 25
+    assert stages[0].name.startswith("PrefetchIterDataset")
+    assert "ShuffleMapDataset" in stages[0].name
+    assert stages[-1].name.startswith("BatchIterDataset")
+    assert stages[-1].spec == "int32[8, 3]"
+    assert stages[1].spec == "int32[3]"
+    assert all(s.self_ns >= 0 for s in stages)
+
+
+def test_string_option_and_track_stats_give_the_same_stages():
+    by_option = iter(
+        WithOptionsIterDataset(_pipeline(), DatasetOptions(execution_tracking_mode="stage_timing"))
+    )
+    by_call = track_stats(iter(_pipeline()))
+    list(by_option), list(by_call)
+    names = [s.name for s in by_option.stats().stages]
+    assert names == [s.name for s in by_call.stats().stages]
+    assert len(names) == 4
+
+
+def test_bad_tracking_mode_names_the_argument():
+    with pytest.raises(ValueError, match="execution_tracking_mode"):
+        DatasetOptions(execution_tracking_mode="everything")
+
+
+@pytest.mark.timeout(60)
+def test_bottleneck_line_names_the_slow_stage():
+    it = track_stats(iter(_pipeline(n=64, slow_map=0.002)))
+    list(it)
+    stats = it.stats()
+    assert stats.bottleneck is stats.stages[1]
+    text = str(stats)
+    last = text.splitlines()[-1]
+    assert last.startswith("bottleneck: stage 1 MapIterDataset")
+    # 64 sleeps of 2 ms: the estimate (from a sample of the calls) is in the right range.
+    assert 0.05 < stats.stages[1].self_ns / 1e9 < 2.0
+
+
+def test_tracking_does_not_change_elements_or_state():
+    plain = list(_pipeline())
+    tracked = WithOptionsIterDataset(_pipeline(), TRACK)
+    assert all(np.array_equal(a, b) for a, b in zip(plain, list(tracked), strict=True))
+    assert_equal_output_after_checkpoint(tracked, max_steps=30)
+    it = iter(tracked)
+    next(it)
+    json.dumps(it.get_state())
+
+
+def test_str_of_a_dataset_lists_stages_source_first_with_branches():
+    a = MapDataset.range(10).seed(1).shuffle()
+    b = MapDataset.range(10, 20)
+    ds = MapDataset.mix([a, b], [0.5, 0.5]).map(str).to_iter_dataset().batch(2)
+    lines = str(ds).splitlines()
+    assert lines[0] == "  branch 0:"
+    assert lines[1].strip().startswith("RangeMapDataset(start=0")
+    assert "branch 1:" in lines[4]
+    assert lines[-1].startswith("BatchIterDataset")
+    assert lines[-2].startswith("PrefetchIterDataset")
+    assert lines[-4].startswith("MixedMapDataset")
+    assert repr(ds).count("\n") == 0
