@@ -26,17 +26,23 @@ from grain_dataset import (  # noqa: F401 - each registers its transformations w
     _slice,
     _source,
 )
+from grain_dataset._apply import apply_transformations as apply_transformations
 from grain_dataset._base import DatasetIterator as DatasetIterator
 from grain_dataset._base import IterDataset as IterDataset
 from grain_dataset._base import MapDataset as MapDataset
+from grain_dataset._cache import CachedMapDataset as CachedMapDataset
 from grain_dataset._conformance import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )
+from grain_dataset._element_spec import ShapeDtypeStruct as ShapeDtypeStruct
+from grain_dataset._element_spec import get_element_spec as get_element_spec
 from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset._options import DatasetOptions as DatasetOptions
 from grain_dataset._options import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset._options import ReadOptions as ReadOptions
+from grain_dataset._pad import batch_and_pad as batch_and_pad
+from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
 from grain_dataset._stats import PipelineStats as PipelineStats
 from grain_dataset._stats import StageStats as StageStats
 from grain_dataset._stats import track as track_stats
@@ -53,6 +59,7 @@ from grain_dataset._with_options import WithOptionsIterDataset as WithOptionsIte
 
 __all__ = [
     "Batch",
+    "CachedMapDataset",
     "DatasetIterator",
     "DatasetOptions",
     "DatasetSelectionMap",
@@ -67,11 +74,16 @@ __all__ = [
     "PipelineStats",
     "RandomMapTransform",
     "ReadOptions",
+    "RebatchIterDataset",
+    "ShapeDtypeStruct",
     "StageStats",
     "TFRecordIterDataset",
     "Transformation",
     "WithOptionsIterDataset",
+    "apply_transformations",
     "assert_equal_output_after_checkpoint",
+    "batch_and_pad",
+    "get_element_spec",
     "stack",
     "track_stats",
 ]

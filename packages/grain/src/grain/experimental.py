@@ -1,23 +1,35 @@
 """grain.experimental: APIs that may still change."""
 
+from grain_dataset import CachedMapDataset as CachedMapDataset
 from grain_dataset import DatasetOptions as DatasetOptions
 from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset import FlatMapTransform as FlatMapTransform
 from grain_dataset import ParquetIterDataset as ParquetIterDataset
+from grain_dataset import RebatchIterDataset as RebatchIterDataset
+from grain_dataset import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset import WithOptionsIterDataset as WithOptionsIterDataset
+from grain_dataset import apply_transformations as apply_transformations
 from grain_dataset import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )
+from grain_dataset import batch_and_pad as batch_and_pad
+from grain_dataset import get_element_spec as get_element_spec
 from grain_index import index_shuffle as index_shuffle
 
 __all__ = [
+    "CachedMapDataset",
     "DatasetOptions",
     "ExecutionTrackingMode",
     "FlatMapTransform",
     "ParquetIterDataset",
+    "RebatchIterDataset",
+    "ShapeDtypeStruct",
     "TFRecordIterDataset",
     "WithOptionsIterDataset",
+    "apply_transformations",
     "assert_equal_output_after_checkpoint",
+    "batch_and_pad",
+    "get_element_spec",
     "index_shuffle",
 ]

@@ -1,0 +1,267 @@
+"""`RebatchIterDataset`: batches of any sizes in, batches of exactly `batch_size` out.
+
+The parent yields batches: PyTrees whose leaves are numpy arrays sharing a
+leading batch axis, of any (even varying) number of rows, e.g. the output of
+a packing stage, of a file reader that yields row groups, or of a `batch`
+with another size. The output is the same rows, in order, regrouped into
+batches of `batch_size` rows; the last one is smaller unless
+`drop_remainder`. Rows are moved with numpy only: a slice of each leaf per
+parent batch and one ``np.concatenate`` per leaf and output batch, never a
+Python loop over rows. An output batch that lies inside one parent batch is
+a view of it (no copy); one that spans several is a new array.
+
+State: ``{"parent": <the parent's state before the parent batch that holds
+the next row>, "offset": <rows of that batch already returned>}``. No rows
+are buffered in it; restoring sets the parent to that state and, when the
+offset is not 0, reads that one parent batch again on the next call and skips
+`offset` rows of it. This assumes, as every checkpointable parent guarantees,
+that the parent produces the same batch again after a restore.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._element_spec import Path, map_with_path, path_name
+from grain_dataset._state import check_state
+from grain_index import _validate
+
+
+def _structure(tree: Any) -> Any:
+    """A hashable description of a PyTree's containers (leaves are "*")."""
+    if isinstance(tree, dict):
+        return (type(tree), tuple((key, _structure(value)) for key, value in tree.items()))
+    if isinstance(tree, list | tuple):
+        return (type(tree), tuple(_structure(value) for value in tree))
+    return None if tree is None else "*"
+
+
+class _ParentBatch:
+    """One parent batch, flattened once: its leaves, their paths and its row count."""
+
+    __slots__ = ("leaves", "paths", "rows", "structure", "template")
+
+    def __init__(self, batch: Any):
+        leaves: list[np.ndarray] = []
+        paths: list[Path] = []
+
+        def visit(path: Path, leaf: Any) -> None:
+            if not isinstance(leaf, np.ndarray):
+                raise TypeError(
+                    f"RebatchIterDataset: {path_name('batch', path)} of a parent batch is a "
+                    f"{type(leaf).__name__}, not a numpy array. Every leaf of a parent batch "
+                    "must be an array whose first axis is the batch axis (batch the "
+                    "elements first, or convert leaves with np.asarray)."
+                )
+            if leaf.ndim == 0:
+                raise ValueError(
+                    f"RebatchIterDataset: {path_name('batch', path)} of a parent batch is a "
+                    "0-d array, which has no batch axis. Every leaf needs the leading "
+                    "batch axis; batch the elements first."
+                )
+            if leaves and leaf.shape[0] != leaves[0].shape[0]:
+                raise ValueError(
+                    f"RebatchIterDataset: {path_name('batch', path)} of a parent batch has "
+                    f"{leaf.shape[0]} rows but {path_name('batch', paths[0])} has "
+                    f"{leaves[0].shape[0]}; all leaves of a batch must share the leading "
+                    "batch dimension."
+                )
+            leaves.append(leaf)
+            paths.append(path)
+
+        map_with_path(visit, batch)
+        if not leaves:
+            raise ValueError(
+                f"RebatchIterDataset: a parent batch has no array leaves ({batch!r}), so it "
+                "has no rows to rebatch."
+            )
+        self.template = batch
+        self.leaves = leaves
+        self.paths = paths
+        self.rows = leaves[0].shape[0]
+        self.structure = _structure(batch)
+
+
+class RebatchIterDataset(IterDataset[Any]):
+    """Regroups the rows of the parent's batches into batches of `batch_size` rows.
+
+    Args:
+      parent: an IterDataset of batches: PyTrees of numpy arrays that share
+        their first (batch) dimension, whose size may vary from batch to batch.
+      batch_size: rows per output batch, >= 1.
+      drop_remainder: drop a last batch with fewer than `batch_size` rows.
+
+    The output has the parent's structure, with the same rows in the same
+    order. Its state holds the parent's state and a row offset, no data.
+
+    Example::
+
+        ds = grain.MapDataset.range(10).to_iter_dataset().batch(3)   # 3, 3, 3, 1 rows
+        ds = grain.experimental.RebatchIterDataset(ds, batch_size=4)
+        [b.tolist() for b in ds]   # [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    """
+
+    def __init__(self, parent: IterDataset[Any], batch_size: int, drop_remainder: bool = False):
+        if isinstance(parent, MapDataset):
+            raise TypeError(
+                "RebatchIterDataset: `parent` must be an IterDataset, got a MapDataset; "
+                "call .to_iter_dataset() on it first (or batch the MapDataset directly)."
+            )
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                f"RebatchIterDataset: `parent` must be an IterDataset of batches, "
+                f"got {type(parent).__name__}."
+            )
+        super().__init__(parent)
+        self._batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
+        if not isinstance(drop_remainder, bool):
+            raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
+        self._drop_remainder = drop_remainder
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _RebatchIterator(self, iter(self._parents[0]))
+
+    def __repr__(self) -> str:
+        return (
+            f"RebatchIterDataset(batch_size={self._batch_size}, "
+            f"drop_remainder={self._drop_remainder})"
+        )
+
+
+class _RebatchIterator(DatasetIterator[Any]):
+    """The position is (`_start`, `_offset`) into the parent batch `_current`.
+
+    `_current` is None before the first batch, at the end, and after
+    `set_state`; in the last case an `_offset` > 0 is a pending skip into the
+    parent batch that the next read replays.
+    """
+
+    def __init__(self, dataset: RebatchIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._current: _ParentBatch | None = None
+        self._start: dict[str, Any] | None = None
+        self._offset = 0
+
+    def _fetch(self) -> bool:
+        """Reads the next parent batch with rows into `_current`; False at the parent's end."""
+        skip = self._offset if self._current is None else 0
+        while True:
+            start = self._parent.get_state()
+            try:
+                batch = next(self._parent)
+            except StopIteration:
+                if skip:
+                    raise ValueError(
+                        f"the state of {self._dataset!r} points {skip} rows into a parent "
+                        "batch, but the parent has no batch there; the state is from "
+                        "another pipeline or the parent's data changed."
+                    ) from None
+                self._current, self._offset = None, 0
+                return False
+            try:
+                current = _ParentBatch(batch)
+            except Exception:
+                # Stay before the bad batch, so the next call raises again at it.
+                self._parent.set_state(start)
+                raise
+            if skip > current.rows:
+                self._parent.set_state(start)
+                raise ValueError(
+                    f"the state of {self._dataset!r} skips {skip} rows of a parent batch "
+                    f"that has only {current.rows}; the state is from another pipeline or "
+                    "the parent's data changed."
+                )
+            if current.rows == 0:
+                continue
+            self._current, self._start, self._offset = current, start, skip
+            return True
+
+    def __next__(self) -> Any:
+        dataset = self._dataset
+        need = dataset._batch_size
+        saved = self.get_state()
+        pieces: list[list[np.ndarray]] = []
+        first: _ParentBatch | None = None
+        try:
+            while need:
+                current = self._current
+                if current is None or self._offset >= current.rows:
+                    if not self._fetch():
+                        break
+                    current = self._current
+                    assert current is not None
+                    if first is not None and current.structure != first.structure:
+                        raise ValueError(
+                            f"{dataset!r}: consecutive parent batches have different "
+                            f"structures ({_describe(first.template)} and then "
+                            f"{_describe(current.template)}); every parent batch needs the "
+                            "same keys and nesting."
+                        )
+                low = self._offset
+                take = min(need, current.rows - low)
+                pieces.append([leaf[low : low + take] for leaf in current.leaves])
+                self._offset = low + take
+                need -= take
+                if first is None:
+                    first = current
+            rows = dataset._batch_size - need
+            if not rows or (dataset._drop_remainder and need):
+                raise StopIteration
+            assert first is not None
+            leaves = pieces[0] if len(pieces) == 1 else _concatenate(pieces, first.paths)
+        except StopIteration:
+            raise
+        except Exception:
+            if pieces:
+                # Rows already taken would be lost: go back to this batch's start,
+                # so the next call reads it again and raises at the same place.
+                self.set_state(saved)
+            raise
+        replaced = iter(leaves)
+        return map_with_path(lambda path, leaf: next(replaced), first.template)
+
+    def get_state(self) -> dict[str, Any]:
+        current = self._current
+        if current is not None and self._offset < current.rows:
+            return {"parent": self._start, "offset": self._offset}
+        if current is None and self._offset:
+            return {"parent": self._start, "offset": self._offset}  # restored, not yet replayed
+        return {"parent": self._parent.get_state(), "offset": 0}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, repr(self._dataset), ("offset", "parent"))
+        self._parent.set_state(state["parent"])
+        # The replay of the parent batch waits for the next read, so restoring
+        # reads no data and cannot fail on it.
+        self._current = None
+        self._start = state["parent"]
+        self._offset = state["offset"]
+
+
+def _describe(tree: Any) -> str:
+    if isinstance(tree, dict):
+        return f"a dict with keys {list(tree)}"
+    if isinstance(tree, list | tuple):
+        return f"a {type(tree).__name__} of length {len(tree)}"
+    return f"a {type(tree).__name__}"
+
+
+def _concatenate(pieces: list[list[np.ndarray]], paths: list[Path]) -> list[np.ndarray]:
+    """One array per leaf: the leaf's pieces joined along the batch axis."""
+    result = []
+    for position, parts in enumerate(zip(*pieces, strict=True)):
+        try:
+            result.append(np.concatenate(parts))
+        except ValueError:
+            shapes = [part.shape[1:] for part in parts]
+            raise ValueError(
+                f"RebatchIterDataset: {path_name('batch', paths[position])} has rows of "
+                f"different shapes in consecutive parent batches ({shapes}); rows can only "
+                "be regrouped when each leaf has the same shape after the batch axis."
+            ) from None
+    return result
