@@ -38,6 +38,10 @@ from grain_dataset._element_spec import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset._element_spec import get_element_spec as get_element_spec
 from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
+from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
+from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
+from grain_dataset._limit_repeat import LimitIterDataset as LimitIterDataset
+from grain_dataset._limit_repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._options import DatasetOptions as DatasetOptions
 from grain_dataset._options import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset._options import ReadOptions as ReadOptions
@@ -55,7 +59,11 @@ from grain_dataset._transforms import MapWithIndex as MapWithIndex
 from grain_dataset._transforms import RandomMapTransform as RandomMapTransform
 from grain_dataset._transforms import Transformation as Transformation
 from grain_dataset._tree import stack as stack
+from grain_dataset._window_shuffle import WindowShuffleIterDataset as WindowShuffleIterDataset
+from grain_dataset._window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
 from grain_dataset._with_options import WithOptionsIterDataset as WithOptionsIterDataset
+from grain_dataset._zip import ZipIterDataset as ZipIterDataset
+from grain_dataset._zip import ZipMapDataset as ZipMapDataset
 
 __all__ = [
     "Batch",
@@ -65,8 +73,11 @@ __all__ = [
     "DatasetSelectionMap",
     "ExecutionTrackingMode",
     "FilterTransform",
+    "FlatMapIterDataset",
+    "FlatMapMapDataset",
     "FlatMapTransform",
     "IterDataset",
+    "LimitIterDataset",
     "MapDataset",
     "MapTransform",
     "MapWithIndex",
@@ -75,11 +86,16 @@ __all__ = [
     "RandomMapTransform",
     "ReadOptions",
     "RebatchIterDataset",
+    "RepeatIterDataset",
     "ShapeDtypeStruct",
     "StageStats",
     "TFRecordIterDataset",
     "Transformation",
+    "WindowShuffleIterDataset",
+    "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
+    "ZipIterDataset",
+    "ZipMapDataset",
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",

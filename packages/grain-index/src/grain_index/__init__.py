@@ -9,6 +9,7 @@ on integer positions, decided before any record is read:
   _sharding  ShardOptions, NoSharding and the split of n records over shards
   _sampler   RecordMetadata, IndexSampler, SequentialSampler
   _mixing    the weighted mixing schedule with O(1) lookups
+  _window    the window shuffle: a keyed permutation within each window
 """
 
 from grain_index._mixing import MAX_PERIOD as MAX_PERIOD
@@ -31,12 +32,14 @@ from grain_index._shuffle import index_shuffle_array as index_shuffle_array
 from grain_index._shuffle import index_shuffle_function as index_shuffle_function
 from grain_index._shuffle import index_unshuffle as index_unshuffle
 from grain_index._shuffle import index_unshuffle_array as index_unshuffle_array
+from grain_index._window import window_shuffle as window_shuffle
+from grain_index._window import window_shuffle_array as window_shuffle_array
 
 __all__ = [
     "DEFAULT_ROUNDS",
+    "IndexSampler",
     "MAX_PERIOD",
     "MAX_RECORDS",
-    "IndexSampler",
     "MixingSchedule",
     "NoSharding",
     "Record",
@@ -53,4 +56,6 @@ __all__ = [
     "index_unshuffle_array",
     "integer_weights",
     "shard_bounds",
+    "window_shuffle",
+    "window_shuffle_array",
 ]

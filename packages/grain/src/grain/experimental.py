@@ -3,12 +3,20 @@
 from grain_dataset import CachedMapDataset as CachedMapDataset
 from grain_dataset import DatasetOptions as DatasetOptions
 from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
+from grain_dataset import FlatMapIterDataset as FlatMapIterDataset
+from grain_dataset import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset import FlatMapTransform as FlatMapTransform
+from grain_dataset import LimitIterDataset as LimitIterDataset
 from grain_dataset import ParquetIterDataset as ParquetIterDataset
 from grain_dataset import RebatchIterDataset as RebatchIterDataset
+from grain_dataset import RepeatIterDataset as RepeatIterDataset
 from grain_dataset import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
+from grain_dataset import WindowShuffleIterDataset as WindowShuffleIterDataset
+from grain_dataset import WindowShuffleMapDataset as WindowShuffleMapDataset
 from grain_dataset import WithOptionsIterDataset as WithOptionsIterDataset
+from grain_dataset import ZipIterDataset as ZipIterDataset
+from grain_dataset import ZipMapDataset as ZipMapDataset
 from grain_dataset import apply_transformations as apply_transformations
 from grain_dataset import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
@@ -21,12 +29,20 @@ __all__ = [
     "CachedMapDataset",
     "DatasetOptions",
     "ExecutionTrackingMode",
+    "FlatMapIterDataset",
+    "FlatMapMapDataset",
     "FlatMapTransform",
+    "LimitIterDataset",
     "ParquetIterDataset",
     "RebatchIterDataset",
+    "RepeatIterDataset",
     "ShapeDtypeStruct",
     "TFRecordIterDataset",
+    "WindowShuffleIterDataset",
+    "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
+    "ZipIterDataset",
+    "ZipMapDataset",
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",

@@ -1,0 +1,237 @@
+"""Flat map: each element splits into up to `max_fan_out` elements.
+
+MapDataset: random access needs to know where element i's outputs land
+without computing the elements before it, so each parent index owns a fixed
+block of `max_fan_out` output indices::
+
+    output index j  ->  parent index j // max_fan_out,  output j % max_fan_out
+
+An element with fewer outputs leaves the rest of its block None (filtered), and
+iteration skips them. The length is ``len(parent) * max_fan_out`` and later
+epochs map to the parent's later epochs by the same division.
+
+IterDataset: every output of each element, in order. The state says which
+element is being split and how far::
+
+    {"parent": parent state before that element, "emitted": its outputs returned}
+
+Restoring reads that element again and skips the outputs already returned
+(the transform must be deterministic, as every transform in a checkpointed
+pipeline must). After an element's last output the state points past it.
+
+A transform returning more than `max_fan_out` outputs raises ValueError in
+both, since the MapDataset would silently lose them.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import reprlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from grain_dataset import _transforms
+from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset
+from grain_dataset._errors import note_stage
+from grain_dataset._stage import MapStage, is_infinite
+from grain_dataset._state import check_state
+from grain_dataset._transforms import FlatMapTransform
+from grain_dataset._zip import as_iter_dataset
+
+
+class _FlatMapper:
+    """The transform of a flat-map stage, applied with the fan-out check."""
+
+    def __init__(self, stage: Any, transform: Any):
+        self.stage = stage
+        self.transform = transform
+        self.fn: Callable[[Any], Any]
+        self.fn, self.max_fan_out = _transforms.flat_map_function(transform)
+
+    def __call__(self, element: Any) -> list[Any]:
+        """The outputs of `element` as a list; note_stage marks user errors."""
+        limit = self.max_fan_out
+        try:
+            # Reading one past the limit detects an oversized (or endless) result.
+            outputs = list(itertools.islice(self.fn(element), limit + 1))
+        except Exception as error:
+            note_stage(error, self.stage)
+            raise
+        if len(outputs) > limit:
+            raise ValueError(
+                f"the FlatMapTransform {_transforms.describe(self.transform)} returned more "
+                f"than max_fan_out={limit} elements for the element "
+                f"{reprlib.repr(element)}; raise its max_fan_out or split the element "
+                "into fewer parts."
+            )
+        return outputs
+
+
+class FlatMapMapDataset(MapStage):
+    """The outputs of ``transform.flat_map(element)``, `max_fan_out` indices per element.
+
+    Index j holds output ``j % max_fan_out`` of parent element
+    ``j // max_fan_out``, or None (filtered) past that element's last output.
+
+    Example::
+
+        class Repeat(grain.experimental.FlatMapTransform):
+            max_fan_out = 3
+
+            def flat_map(self, element):
+                return [element] * element
+
+        ds = FlatMapMapDataset(grain.MapDataset.range(4), Repeat())
+        len(ds)   # 12
+        list(ds)  # [1, 2, 2, 3, 3, 3]
+    """
+
+    def __init__(self, parent: MapDataset[Any], transform: FlatMapTransform):
+        super().__init__(parent)
+        if not isinstance(parent, MapDataset):
+            raise TypeError(
+                f"`parent` of FlatMapMapDataset must be a MapDataset, got "
+                f"{type(parent).__name__}; use FlatMapIterDataset for an IterDataset."
+            )
+        self._parent = parent
+        self._mapper = _FlatMapper(self, transform)
+        fan_out = self._mapper.max_fan_out
+        parent_length = len(parent)
+        infinite = is_infinite(parent_length)
+        self._length = INFINITE if infinite else min(INFINITE, parent_length * fan_out)
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        element, slot = divmod(index, self._mapper.max_fan_out)
+        value = self._parent._getitem(element)
+        if value is None:
+            return None
+        outputs = self._mapper(value)
+        return outputs[slot] if slot < len(outputs) else None
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        if not indices.size:
+            return []
+        fan_out = self._mapper.max_fan_out
+        elements = indices // fan_out
+        slots = (indices - elements * fan_out).tolist()
+        # Each parent element is read and split once, however many of its
+        # outputs are asked for: a run of equal parent indices shares one call.
+        change = np.empty(elements.shape, dtype=bool)
+        change[0] = True
+        np.not_equal(elements[1:], elements[:-1], out=change[1:])
+        values = self._parent._getitems(elements[change])
+        split = [None if value is None else self._mapper(value) for value in values]
+        runs = (np.cumsum(change) - 1).tolist()
+        result = []
+        for run, slot in zip(runs, slots, strict=True):
+            outputs = split[run]
+            result.append(outputs[slot] if outputs is not None and slot < len(outputs) else None)
+        return result
+
+    def _describe(self) -> str:
+        mapper = self._mapper
+        return f"{_transforms.describe(mapper.transform)}, max_fan_out={mapper.max_fan_out}"
+
+
+class FlatMapIterDataset(IterDataset[Any]):
+    """Every output of ``transform.flat_map(element)``, for each element in order.
+
+    A MapDataset parent is read with ``.to_iter_dataset()``.
+
+    Example::
+
+        class Split(grain.experimental.FlatMapTransform):
+            max_fan_out = 10
+
+            def flat_map(self, element):
+                return element.split()
+
+        ds = FlatMapIterDataset(grain.MapDataset.source(["a b", "c"]).to_iter_dataset(), Split())
+        list(ds)  # ['a', 'b', 'c']
+    """
+
+    def __init__(self, parent: IterDataset[Any], transform: FlatMapTransform):
+        super().__init__(as_iter_dataset(parent, "parent"))
+        self._mapper = _FlatMapper(self, transform)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _FlatMapIterator(self, iter(self._parents[0]))
+
+    def __repr__(self) -> str:
+        mapper = self._mapper
+        return (
+            f"FlatMapIterDataset({_transforms.describe(mapper.transform)}, "
+            f"max_fan_out={mapper.max_fan_out})"
+        )
+
+
+class _FlatMapIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: FlatMapIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._start = parent.get_state()  # before the element being split
+        self._outputs: list[Any] | None = None
+        self._emitted = 0
+
+    def _split_next(self) -> list[Any]:
+        """Reads and splits the element at `_start`; errors leave the state past it."""
+        try:
+            outputs = self._dataset._mapper(next(self._parent))
+        except StopIteration:
+            raise
+        except Exception:
+            # The failing element is dropped, as a failing map drops it: the
+            # state moves past it so that the next call goes on after it.
+            self._start = self._parent.get_state()
+            self._emitted = 0
+            raise
+        if self._emitted and self._emitted >= len(outputs):
+            raise ValueError(
+                f"the restored state of {self._dataset!r} says {self._emitted} outputs of "
+                f"the current element were returned, but it has {len(outputs)}: the state is "
+                "from a different pipeline or the transform changed."
+            )
+        return outputs
+
+    def _advance(self) -> None:
+        """The current element is used up: the state now points past it."""
+        self._start = self._parent.get_state()
+        self._outputs = None
+        self._emitted = 0
+
+    def __next__(self) -> Any:
+        while True:
+            outputs = self._outputs
+            if outputs is None:
+                outputs = self._outputs = self._split_next()
+            if not outputs:  # an element with no outputs: on to the next one
+                self._advance()
+                continue
+            value = outputs[self._emitted]
+            self._emitted += 1
+            if self._emitted == len(outputs):
+                self._advance()
+            return value
+
+    def get_state(self) -> dict[str, Any]:
+        return {"parent": copy.deepcopy(self._start), "emitted": self._emitted}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, repr(self._dataset), ("parent", "emitted"))
+        if state["emitted"] >= self._dataset._mapper.max_fan_out:
+            raise ValueError(
+                f"state['emitted'] of {self._dataset!r} must be < max_fan_out "
+                f"({self._dataset._mapper.max_fan_out}), got {state['emitted']}; the state is "
+                "from a pipeline with another transform."
+            )
+        self._parent.set_state(state["parent"])
+        self._start = copy.deepcopy(state["parent"])
+        self._emitted = state["emitted"]
+        self._outputs = None  # the element is read and split again by the next call

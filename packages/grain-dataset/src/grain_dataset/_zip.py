@@ -1,0 +1,148 @@
+"""Zip: tuples of corresponding elements of several datasets.
+
+MapDataset: element i is ``(p_0[i], p_1[i], ...)``. The parents must have equal
+lengths, and index i >= len passes on to every parent as the same later-epoch
+index, so epoch e of the zip is epoch e of every parent. A position that any
+parent filtered (None) is filtered in the zip too: a tuple is only formed
+from elements that exist. To zip datasets of different lengths, slice them to
+a common length first (``ds[:n]``).
+
+IterDataset: the next element of every parent, in parent order, until the first
+parent is exhausted. Like Python's `zip`, the parents before the exhausted one
+have already given up one element each, which is dropped. The state is
+``{"parents": [state_0, state_1, ...]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._stage import MapStage
+from grain_dataset._state import check_parents_state, check_state
+
+
+def as_iter_dataset(dataset: Any, name: str) -> IterDataset[Any]:
+    """Returns `dataset` as an IterDataset: a MapDataset is read with to_iter_dataset()."""
+    if isinstance(dataset, MapDataset):
+        return dataset.to_iter_dataset()
+    if isinstance(dataset, IterDataset):
+        return dataset
+    raise TypeError(
+        f"`{name}` must be an IterDataset (or a MapDataset, which is read with "
+        f".to_iter_dataset()), got {type(dataset).__name__}."
+    )
+
+
+def _parent_list(parents: Any, stage: str) -> list[Any]:
+    """Checks that `parents` is a non-empty list or tuple of datasets and returns it."""
+    if isinstance(parents, MapDataset | IterDataset) or not isinstance(parents, Sequence):
+        raise TypeError(
+            f"`parents` of {stage} must be a list of datasets, like {stage}([ds1, ds2]); "
+            f"got {type(parents).__name__}."
+        )
+    parents = list(parents)
+    if not parents:
+        raise ValueError(f"`parents` of {stage} must hold at least one dataset.")
+    return parents
+
+
+class ZipMapDataset(MapStage):
+    """Tuples of the elements at the same index of `parents`, which must have equal lengths.
+
+    Example::
+
+        ds = ZipMapDataset([MapDataset.range(3), MapDataset.source("abc")])
+        list(ds)  # [(0, 'a'), (1, 'b'), (2, 'c')]
+    """
+
+    def __init__(self, parents: Sequence[MapDataset[Any]]):
+        parents = _parent_list(parents, "ZipMapDataset")
+        for i, parent in enumerate(parents):
+            if not isinstance(parent, MapDataset):
+                raise TypeError(
+                    f"`parents[{i}]` of ZipMapDataset must be a MapDataset, got "
+                    f"{type(parent).__name__}; zip IterDatasets with ZipIterDataset."
+                )
+        lengths = [len(parent) for parent in parents]
+        if len(set(lengths)) > 1:
+            raise ValueError(
+                f"the parents of ZipMapDataset must have equal lengths, got {lengths}; "
+                f"slice them to a common length first, e.g. ds[:{min(lengths)}]."
+            )
+        super().__init__(parents)
+        self._length = lengths[0]
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        values = tuple(parent._getitem(index) for parent in self._parents)
+        return None if any(value is None for value in values) else values
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        columns = [parent._getitems(indices) for parent in self._parents]
+        return [
+            None if any(value is None for value in row) else row
+            for row in zip(*columns, strict=True)
+        ]
+
+    def _describe(self) -> str:
+        return f"{len(self._parents)} parents, len={self._length}"
+
+
+class ZipIterDataset(IterDataset[Any]):
+    """Tuples of the next element of each of `parents`, until one of them is exhausted.
+
+    A MapDataset parent is read with ``.to_iter_dataset()``.
+
+    Example::
+
+        ds = ZipIterDataset([MapDataset.range(3).to_iter_dataset(),
+                             MapDataset.range(10, 20).to_iter_dataset()])
+        list(ds)  # [(0, 10), (1, 11), (2, 12)]
+    """
+
+    def __init__(self, parents: Sequence[IterDataset[Any]]):
+        parents = _parent_list(parents, "ZipIterDataset")
+        super().__init__(
+            [as_iter_dataset(parent, f"parents[{i}]") for i, parent in enumerate(parents)]
+        )
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _ZipIterator(self, [iter(parent) for parent in self._parents])
+
+    def __repr__(self) -> str:
+        return f"ZipIterDataset({len(self._parents)} parents)"
+
+
+class _ZipIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: ZipIterDataset, parents: list[DatasetIterator[Any]]):
+        super().__init__(parents)
+        self._dataset = dataset
+        self._iterators = parents
+
+    def __next__(self) -> tuple[Any, ...]:
+        # A list, not a generator expression: inside a generator a parent's
+        # StopIteration would turn into RuntimeError instead of ending the zip.
+        return tuple([next(iterator) for iterator in self._iterators])
+
+    def get_state(self) -> dict[str, Any]:
+        return {"parents": [iterator.get_state() for iterator in self._iterators]}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        stage = repr(self._dataset)
+        check_state(state, stage, ("parents",))
+        parents = check_parents_state(state, stage, len(self._iterators))
+        previous = [iterator.get_state() for iterator in self._iterators]
+        try:
+            for iterator, parent_state in zip(self._iterators, parents, strict=True):
+                iterator.set_state(parent_state)
+        except Exception:
+            # All parents move or none: a rejected state leaves no half-restored zip.
+            for iterator, parent_state in zip(self._iterators, previous, strict=True):
+                iterator.set_state(parent_state)
+            raise
