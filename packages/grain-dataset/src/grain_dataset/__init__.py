@@ -2,15 +2,18 @@
 
 Layout: the dataset layer, above grain_index (index math) and grain_sources,
 below grain_mp. `_base` holds the three base classes and nothing else; each
-transformation is a module of its own that registers itself with `_base`, so
-importing this package attaches them all:
+transformation is a module of its own that registers itself with `_base` (or
+is constructed directly, as `grain.experimental` classes are), so importing
+this package attaches them all:
 
   _source, _map, _shuffle, _slice, _batch, _combine, _seeding   MapDataset stages
+  _window_shuffle, _zip, _flat_map, _cache                      more stages (both kinds)
   _prefetch                                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
-  _file_iter                                                    Parquet/TFRecord IterDatasets
-  _transforms, _tree, _options                                  protocols, batching, options
+  _limit_repeat, _rebatch, _file_iter                           more IterDataset stages
+  _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
   _conformance                                                  the checkpoint contract check
+  _stats, _pipeline_repr                                        statistics and str(ds)
 """
 
 from grain_dataset import (  # noqa: F401 - each registers its transformations with _base
