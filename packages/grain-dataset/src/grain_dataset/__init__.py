@@ -10,7 +10,8 @@ this package attaches them all:
   _window_shuffle, _zip, _flat_map, _cache                      more stages (both kinds)
   _prefetch                                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
-  _limit_repeat, _rebatch, _file_iter                           more IterDataset stages
+  _limit_repeat, _rebatch, _file_iter, _interleave              more IterDataset stages
+  _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
   _conformance                                                  the checkpoint contract check
   _stats, _pipeline_repr                                        statistics and str(ds)
@@ -43,6 +44,7 @@ from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
+from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset._limit_repeat import LimitIterDataset as LimitIterDataset
 from grain_dataset._limit_repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._options import DatasetOptions as DatasetOptions
@@ -53,6 +55,7 @@ from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
 from grain_dataset._stats import PipelineStats as PipelineStats
 from grain_dataset._stats import StageStats as StageStats
 from grain_dataset._stats import track as track_stats
+from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
 from grain_dataset._transforms import Batch as Batch
 from grain_dataset._transforms import DatasetSelectionMap as DatasetSelectionMap
 from grain_dataset._transforms import FilterTransform as FilterTransform
@@ -79,6 +82,7 @@ __all__ = [
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
+    "InterleaveIterDataset",
     "IterDataset",
     "LimitIterDataset",
     "MapDataset",
@@ -93,6 +97,7 @@ __all__ = [
     "ShapeDtypeStruct",
     "StageStats",
     "TFRecordIterDataset",
+    "ThreadPrefetchIterDataset",
     "Transformation",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",

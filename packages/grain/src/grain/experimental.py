@@ -6,12 +6,14 @@ from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset import FlatMapTransform as FlatMapTransform
+from grain_dataset import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset import LimitIterDataset as LimitIterDataset
 from grain_dataset import ParquetIterDataset as ParquetIterDataset
 from grain_dataset import RebatchIterDataset as RebatchIterDataset
 from grain_dataset import RepeatIterDataset as RepeatIterDataset
 from grain_dataset import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
+from grain_dataset import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
 from grain_dataset import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset import WindowShuffleMapDataset as WindowShuffleMapDataset
 from grain_dataset import WithOptionsIterDataset as WithOptionsIterDataset
@@ -32,12 +34,14 @@ __all__ = [
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
+    "InterleaveIterDataset",
     "LimitIterDataset",
     "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
     "TFRecordIterDataset",
+    "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",

@@ -1,0 +1,306 @@
+"""`ThreadPrefetchIterDataset`: read an IterDataset ahead in one background thread.
+
+The model: one *producer* thread owns the parent iterator while it runs. It
+calls ``next(parent)`` and then ``parent.get_state()``, and appends the pair to
+a bounded buffer; the consumer (`__next__`) pops pairs off the buffer. The
+producer asks for a new element only while fewer than `prefetch_buffer_size`
+are buffered, so at most that many elements are ever read ahead.
+
+State: the state of the iterator is the parent's state as it was right after
+the last element handed to the consumer -- the state stored with that element.
+Read-ahead therefore never shows in a checkpoint, and a state restores the
+same with or without this stage. The cost is one ``parent.get_state()`` call
+per element, made in the producer thread (for the built-in stages that is a
+small dict, microseconds).
+
+Ownership of the parent: at any moment exactly one thread may touch the parent
+iterator. While a producer runs, it does; `set_state` and a restart first stop
+it and wait for it (`join`), and then rewind the parent to the consumer's
+state, discarding what the producer had read ahead. `close` does not wait for
+a producer stuck in a slow ``next(parent)``: it hands closing the parent to the
+producer, which does it as it exits.
+
+Errors: an exception raised by the parent is buffered like an element, with
+the parent's state after it, and raised (the same object: its type, traceback
+and notes) when the consumer reaches that position. The producer stops there;
+the next `__next__` starts a new one, so what follows an error is exactly what
+the parent yields when asked again. The end of the parent is sticky: every
+later `__next__` raises StopIteration until `set_state` moves the iterator.
+
+Shutdown: the producer thread holds the parent iterator and the buffer, never
+the consumer iterator, so `close()`, `del` or the garbage collector stop it. It
+is a daemon thread: it never delays interpreter exit, and it catches every
+exception, so nothing is printed at exit.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import copy
+import threading
+from typing import Any, TypeVar
+
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_index import _validate
+
+T = TypeVar("T")
+
+THREAD_NAME = "grain-thread-prefetch"
+
+_VALUE, _END, _ERROR = 0, 1, 2
+
+
+class ThreadPrefetchIterDataset(IterDataset[T]):
+    """The parent's elements, read ahead by a background thread.
+
+    Args:
+      parent: the IterDataset to read ahead.
+      prefetch_buffer_size: how many elements the thread keeps ready (>= 0).
+        0 reads in the caller's thread, without a background thread.
+
+    The iterator's state is the parent's state at the last element returned, so
+    checkpoints are the same with and without this stage. Each element costs one
+    extra ``get_state()`` call on the parent, in the background thread.
+
+    Example::
+
+        ds = grain.MapDataset.source(source).to_iter_dataset().map(parse)
+        ds = grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=3)
+        ds = ds.map(jax.device_put)  # overlaps with parsing the next elements
+    """
+
+    def __init__(self, parent: IterDataset[T], *, prefetch_buffer_size: int):
+        if not isinstance(parent, IterDataset):
+            fix = " (call .to_iter_dataset() first)" if isinstance(parent, MapDataset) else ""
+            raise TypeError(
+                f"`parent` of ThreadPrefetchIterDataset must be an IterDataset{fix}, "
+                f"got {type(parent).__name__}."
+            )
+        super().__init__(parent)
+        self._buffer_size = _validate.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
+
+    @property
+    def prefetch_buffer_size(self) -> int:
+        """How many elements the background thread keeps ready."""
+        return self._buffer_size
+
+    def __iter__(self) -> DatasetIterator[T]:
+        return ThreadPrefetchDatasetIterator(
+            iter(self._parents[0]), self._buffer_size, dataset=self
+        )
+
+    def __repr__(self) -> str:
+        return f"ThreadPrefetchIterDataset(prefetch_buffer_size={self._buffer_size})"
+
+
+class _Buffer:
+    """What a producer thread shares with its consumer: the items and the stop signal."""
+
+    __slots__ = ("capacity", "close_parent", "cond", "done", "items", "stopped")
+
+    def __init__(self, capacity: int):
+        self.cond = threading.Condition(threading.Lock())
+        self.items: collections.deque[tuple[int, Any, Any]] = collections.deque()
+        self.capacity = capacity
+        self.stopped = False  # set by the consumer: produce nothing more
+        self.done = False  # set by the producer as it exits
+        self.close_parent = False  # the consumer closed while the producer was running
+
+
+def _produce(parent: DatasetIterator[Any], buffer: _Buffer) -> None:
+    """The producer thread: fills `buffer` from `parent` until stopped, the end or an error."""
+    cond = buffer.cond
+    try:
+        try:
+            parent.start_prefetch()
+        except BaseException as error:
+            with cond:
+                buffer.items.append((_ERROR, error, None))
+                cond.notify()
+            return
+        while True:
+            with cond:
+                while len(buffer.items) >= buffer.capacity and not buffer.stopped:
+                    cond.wait()
+                if buffer.stopped:
+                    return
+            # Everything the parent raises goes to the consumer, even KeyboardInterrupt:
+            # a thread must never die silently while the consumer waits for it.
+            try:
+                item: tuple[int, Any, Any] = (_VALUE, next(parent), None)
+            except StopIteration:
+                item = (_END, None, None)
+            except BaseException as error:
+                item = (_ERROR, error, None)
+            try:
+                item = (item[0], item[1], parent.get_state())
+            except BaseException as error:
+                item = (_ERROR, error, None)
+            with cond:
+                if buffer.stopped:
+                    return
+                buffer.items.append(item)
+                if len(buffer.items) == 1:  # the consumer waits only on an empty buffer
+                    cond.notify()
+            if item[0] != _VALUE:
+                return
+            del item
+    finally:
+        with cond:
+            buffer.done = True
+            close = buffer.close_parent
+        if close:
+            with contextlib.suppress(BaseException):
+                parent.close()
+
+
+class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
+    """Reads `parent` ahead in a background thread; see the module docstring.
+
+    Also used by InterleaveIterDataset to read each open iterator ahead.
+
+    Args:
+      parent: the iterator to read ahead; this iterator owns it from now on.
+      buffer_size: at most this many elements are read ahead (0: no thread).
+      dataset: the dataset shown in error messages and statistics.
+    """
+
+    def __init__(self, parent: DatasetIterator[T], buffer_size: int, *, dataset: Any = None):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._buffer_size = buffer_size
+        self._buffer: _Buffer | None = None
+        self._thread: threading.Thread | None = None
+        # A stopped producer that may still be inside next(parent); joined before
+        # this iterator touches the parent again.
+        self._stale: threading.Thread | None = None
+        # The parent's state as of the last element returned; None until a
+        # producer first runs (the parent itself is then exactly there).
+        self._state: Any = None
+        # The parent may be ahead of `_state` (a producer read ahead and was stopped).
+        self._ahead = False
+        self._ended = False
+
+    # -- the producer ----------------------------------------------------------------
+
+    def _reclaim(self) -> None:
+        """Makes the parent this thread's again: waits for a stopped producer, rewinds."""
+        if self._stale is not None:
+            self._stale.join()
+            self._stale = None
+        if self._ahead:
+            self._parent.set_state(self._state)
+            self._ahead = False
+
+    def _start(self) -> None:
+        self._reclaim()
+        if self._state is None:
+            self._state = self._parent.get_state()
+        buffer = _Buffer(self._buffer_size)
+        thread = threading.Thread(
+            target=_produce, args=(self._parent, buffer), name=THREAD_NAME, daemon=True
+        )
+        thread.start()
+        self._buffer, self._thread = buffer, thread
+
+    def _stop(self, close_parent: bool = False) -> bool:
+        """Stops the producer, discarding its buffer; True if it will close the parent."""
+        buffer, thread = self._buffer, self._thread
+        if buffer is None:
+            return False
+        self._buffer = self._thread = None
+        with buffer.cond:
+            buffer.stopped = True
+            buffer.items.clear()
+            buffer.cond.notify()
+            handed_over = close_parent and not buffer.done
+            buffer.close_parent = handed_over
+        self._stale = thread
+        self._ahead = True
+        return handed_over
+
+    # -- the DatasetIterator contract --------------------------------------------------
+
+    def __next__(self) -> T:
+        if not self._buffer_size:
+            return next(self._parent)
+        buffer = self._buffer
+        if buffer is None:
+            if self._ended:
+                raise StopIteration
+            self._start()
+            buffer = self._buffer
+            assert buffer is not None
+        with buffer.cond:
+            while not buffer.items:
+                buffer.cond.wait()
+            kind, value, state = buffer.items.popleft()
+            if len(buffer.items) == buffer.capacity - 1:
+                buffer.cond.notify()  # the producer waits only on a full buffer
+        if kind == _VALUE:
+            self._state = state
+            return value
+        # The producer exits after the end or an error: wait for it, so that the
+        # parent is ours again, exactly at the state that came with this item.
+        assert self._thread is not None
+        self._thread.join()
+        self._buffer = self._thread = None
+        if state is not None:
+            self._state = state
+        else:
+            # get_state() itself failed: the parent's position is unknown, so the
+            # next producer starts from wherever the parent is.
+            self._state = None
+        if kind == _END:
+            self._ended = True
+            raise StopIteration
+        try:
+            raise value
+        finally:
+            del value
+
+    def get_state(self) -> dict[str, Any]:
+        if not self._buffer_size or self._state is None:
+            return self._parent.get_state()
+        # A copy: the caller may change the dict, and the same one is returned again.
+        return copy.deepcopy(self._state)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if not self._buffer_size:
+            self._parent.set_state(state)
+            return
+        self._stop()
+        if self._stale is not None:
+            self._stale.join()
+            self._stale = None
+        # If the parent rejects the state, `_ahead` stays set: the next start
+        # rewinds the parent to the last element returned, losing nothing.
+        self._parent.set_state(state)
+        self._ahead = False
+        self._state = None
+        self._ended = False
+
+    def start_prefetch(self) -> None:
+        """Starts the background thread now instead of at the first `next`."""
+        if not self._buffer_size:
+            self._parent.start_prefetch()
+        elif self._buffer is None and not self._ended:
+            self._start()
+
+    def close(self) -> None:
+        """Stops the background thread and closes the parent; idempotent."""
+        if self._stop(close_parent=True):
+            return
+        if self._stale is not None and self._stale.is_alive():
+            return  # an earlier close handed closing the parent to this producer
+        self._parent.close()
+
+    def __del__(self) -> None:
+        # At interpreter exit module globals may already be gone: stay silent.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __repr__(self) -> str:
+        return f"ThreadPrefetchDatasetIterator(prefetch_buffer_size={self._buffer_size})"
