@@ -11,6 +11,7 @@ this package attaches them all:
   _prefetch                                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit_repeat, _rebatch, _file_iter, _interleave              more IterDataset stages
+  _packing, _concat_split                                       packing for sequence models
   _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
   _conformance                                                  the checkpoint contract check
@@ -35,6 +36,8 @@ from grain_dataset._base import DatasetIterator as DatasetIterator
 from grain_dataset._base import IterDataset as IterDataset
 from grain_dataset._base import MapDataset as MapDataset
 from grain_dataset._cache import CachedMapDataset as CachedMapDataset
+from grain_dataset._concat_split import BOSHandling as BOSHandling
+from grain_dataset._concat_split import ConcatThenSplitIterDataset as ConcatThenSplitIterDataset
 from grain_dataset._conformance import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )
@@ -50,6 +53,8 @@ from grain_dataset._limit_repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._options import DatasetOptions as DatasetOptions
 from grain_dataset._options import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset._options import ReadOptions as ReadOptions
+from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterDataset
+from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._pad import batch_and_pad as batch_and_pad
 from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
 from grain_dataset._stats import PipelineStats as PipelineStats
@@ -72,13 +77,17 @@ from grain_dataset._zip import ZipIterDataset as ZipIterDataset
 from grain_dataset._zip import ZipMapDataset as ZipMapDataset
 
 __all__ = [
+    "BOSHandling",
     "Batch",
+    "BestFitPackIterDataset",
     "CachedMapDataset",
+    "ConcatThenSplitIterDataset",
     "DatasetIterator",
     "DatasetOptions",
     "DatasetSelectionMap",
     "ExecutionTrackingMode",
     "FilterTransform",
+    "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",

@@ -37,9 +37,9 @@ from grain_index._window import window_shuffle_array as window_shuffle_array
 
 __all__ = [
     "DEFAULT_ROUNDS",
-    "IndexSampler",
     "MAX_PERIOD",
     "MAX_RECORDS",
+    "IndexSampler",
     "MixingSchedule",
     "NoSharding",
     "Record",

@@ -1,8 +1,12 @@
 """grain.experimental: APIs that may still change."""
 
+from grain_dataset import BestFitPackIterDataset as BestFitPackIterDataset
+from grain_dataset import BOSHandling as BOSHandling
 from grain_dataset import CachedMapDataset as CachedMapDataset
+from grain_dataset import ConcatThenSplitIterDataset as ConcatThenSplitIterDataset
 from grain_dataset import DatasetOptions as DatasetOptions
 from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
+from grain_dataset import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset import FlatMapTransform as FlatMapTransform
@@ -28,9 +32,13 @@ from grain_dataset import get_element_spec as get_element_spec
 from grain_index import index_shuffle as index_shuffle
 
 __all__ = [
+    "BOSHandling",
+    "BestFitPackIterDataset",
     "CachedMapDataset",
+    "ConcatThenSplitIterDataset",
     "DatasetOptions",
     "ExecutionTrackingMode",
+    "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
