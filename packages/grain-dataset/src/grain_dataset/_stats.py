@@ -99,6 +99,7 @@ class PipelineStats:
 # One call in _SAMPLE_EVERY is timed and scaled up: two clock reads on every call
 # would cost more than many stages do.
 _SAMPLE_EVERY = 16
+_SAMPLE_MASK = _SAMPLE_EVERY - 1
 
 
 class _Record:
@@ -123,21 +124,26 @@ def _timed_class(cls: type) -> type:
     clock = time.perf_counter_ns
 
     def __next__(self: Any) -> Any:  # noqa: N807 - it is the iterator's __next__
-        record = self.__dict__["_stats_record"]
+        record = self._stats_record
         count = record.count
-        if count % _SAMPLE_EVERY:
-            value = base_next(self)
-            record.count = count + 1
-            return value
+        record.count = count + 1
+        if count & _SAMPLE_MASK:
+            try:
+                return base_next(self)
+            except BaseException:
+                record.count = count  # an end or an error is not an element
+                raise
         start = clock()
         try:
             value = base_next(self)
+        except BaseException:
+            record.count = count
+            raise
         finally:
             record.ns += clock() - start
             record.sampled += 1
         if not count:
             record.spec = spec_of(value)
-        record.count = count + 1
         return value
 
     timed = type(cls.__name__, (cls,), {"__next__": __next__, "__module__": cls.__module__})
