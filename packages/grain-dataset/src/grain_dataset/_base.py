@@ -139,6 +139,19 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         return func(self, *args, **kwargs)
 
 
+def as_iter_dataset(dataset: Any, name: str, stage: str | None = None) -> IterDataset[Any]:
+    """`dataset` as an IterDataset: a MapDataset is read with `to_iter_dataset()`."""
+    if isinstance(dataset, MapDataset):
+        return dataset.to_iter_dataset()
+    if isinstance(dataset, IterDataset):
+        return dataset
+    where = f" of {stage}" if stage else ""
+    raise TypeError(
+        f"`{name}`{where} must be an IterDataset (or a MapDataset, which is read with "
+        f".to_iter_dataset()), got {type(dataset).__name__}."
+    )
+
+
 def check_index(index: Any, length: int) -> int:
     """Returns `index` as a non-negative int; negatives count from the end of epoch 0."""
     if type(index) is not int:

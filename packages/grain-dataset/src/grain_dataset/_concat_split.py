@@ -53,8 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import DatasetIterator, IterDataset
-from grain_dataset._packing import SEGMENT_DTYPE, Layout, as_iter_dataset
+from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._packing import SEGMENT_DTYPE, Layout
 from grain_dataset._state import check_state
 from grain_index import _validate
 
@@ -112,7 +112,7 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
         bos_token_id: int | None = None,
     ):
         name = type(self).__name__
-        super().__init__(as_iter_dataset(parent, name))
+        super().__init__(as_iter_dataset(parent, "parent", name))
         if meta_features:
             raise NotImplementedError(
                 f"`meta_features` is not supported by {name} in this implementation; "

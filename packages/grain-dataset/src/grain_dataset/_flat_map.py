@@ -34,12 +34,17 @@ from typing import Any
 import numpy as np
 
 from grain_dataset import _transforms
-from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset
+from grain_dataset._base import (
+    INFINITE,
+    DatasetIterator,
+    IterDataset,
+    MapDataset,
+    as_iter_dataset,
+)
 from grain_dataset._errors import note_stage
 from grain_dataset._stage import MapStage, is_infinite
 from grain_dataset._state import check_state
 from grain_dataset._transforms import FlatMapTransform
-from grain_dataset._zip import as_iter_dataset
 
 
 class _FlatMapper:

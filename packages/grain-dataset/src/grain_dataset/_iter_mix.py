@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset, register
 from grain_dataset._combine import mix_weights
 from grain_dataset._state import check_parents_state, check_state
 from grain_index import MixingSchedule
@@ -28,13 +28,7 @@ class MixedIterDataset(IterDataset[Any]):
         datasets = list(datasets)
         if not datasets:
             raise ValueError("`datasets` of mix must not be empty.")
-        for i, dataset in enumerate(datasets):
-            if isinstance(dataset, MapDataset):
-                datasets[i] = dataset.to_iter_dataset()
-            elif not isinstance(dataset, IterDataset):
-                raise TypeError(
-                    f"`datasets[{i}]` of mix must be an IterDataset, got {type(dataset).__name__}."
-                )
+        datasets = [as_iter_dataset(ds, f"datasets[{i}]", "mix") for i, ds in enumerate(datasets)]
         super().__init__(datasets)
         self._weights = mix_weights(weights, len(datasets))
         self._schedule = MixingSchedule(self._weights)

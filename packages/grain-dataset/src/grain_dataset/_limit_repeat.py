@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from grain_dataset._base import DatasetIterator, IterDataset
+from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._state import check_state
-from grain_dataset._zip import as_iter_dataset
 from grain_index import _validate
 
 

@@ -68,7 +68,7 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import explicit_seed, stage_seed
 from grain_dataset._state import check_state
@@ -330,15 +330,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def as_iter_dataset(parent: Any, stage: str) -> IterDataset[Any]:
-    """`parent` as an IterDataset (a MapDataset is read with `to_iter_dataset()`)."""
-    if isinstance(parent, MapDataset):
-        return parent.to_iter_dataset()
-    if not isinstance(parent, IterDataset):
-        raise TypeError(f"`parent` of {stage} must be an IterDataset, got {type(parent).__name__}.")
-    return parent
-
-
 # -- the datasets ------------------------------------------------------------------------
 
 
@@ -362,7 +353,7 @@ class _PackIterDataset(IterDataset[Any]):
         max_sequences_per_bin: int | None = None,
     ):
         name = type(self).__name__
-        super().__init__(as_iter_dataset(parent, name))
+        super().__init__(as_iter_dataset(parent, "parent", name))
         self._layout = Layout(length_struct, meta_features, name)
         self._num_bins = _validate.int_in_range(num_packing_bins, "num_packing_bins", 1)
         if not isinstance(shuffle_bins, bool):

@@ -30,11 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_dataset._state import check_state
-from grain_dataset._zip import as_iter_dataset
 from grain_index import _validate
 from grain_index._window import window_shuffle, window_shuffle_array
 

@@ -20,21 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from grain_dataset._stage import MapStage
 from grain_dataset._state import check_parents_state, check_state
-
-
-def as_iter_dataset(dataset: Any, name: str) -> IterDataset[Any]:
-    """Returns `dataset` as an IterDataset: a MapDataset is read with to_iter_dataset()."""
-    if isinstance(dataset, MapDataset):
-        return dataset.to_iter_dataset()
-    if isinstance(dataset, IterDataset):
-        return dataset
-    raise TypeError(
-        f"`{name}` must be an IterDataset (or a MapDataset, which is read with "
-        f".to_iter_dataset()), got {type(dataset).__name__}."
-    )
 
 
 def _parent_list(parents: Any, stage: str) -> list[Any]:
