@@ -141,7 +141,7 @@ _PYTHON_SCALARS: tuple[tuple[type, np.dtype], ...] = (
 )
 
 
-def _leaf_spec(path: Path, leaf: Any) -> ShapeDtypeStruct:
+def leaf_spec(path: Path, leaf: Any) -> ShapeDtypeStruct:
     if isinstance(leaf, np.ndarray | np.generic):
         return ShapeDtypeStruct(leaf.shape, leaf.dtype)
     # bool before int: bool is a subclass of int.
@@ -167,7 +167,7 @@ def spec_of(element: Any) -> Any:
         # {"x": ShapeDtypeStruct(shape=(2, 3), dtype=float32),
         #  "y": ShapeDtypeStruct(shape=(), dtype=int64)}
     """
-    return map_with_path(_leaf_spec, element)
+    return map_with_path(leaf_spec, element)
 
 
 def _first_element(ds: MapDataset[Any] | IterDataset[Any]) -> Any:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from grain_dataset._element_spec import leaf_spec, map_with_path
 
 _TIMED: dict[type, type] = {}
 
@@ -220,13 +220,14 @@ def collect(iterator: Any) -> PipelineStats:
 
 
 def spec_of(value: Any) -> str:
-    """A short text of the shapes and dtypes of a PyTree element."""
-    if isinstance(value, dict):
-        inner = ", ".join(f"{key}: {spec_of(item)}" for key, item in value.items())
-        return "{" + inner + "}"
-    if isinstance(value, list | tuple):
-        inner = ", ".join(spec_of(item) for item in value)
-        return ("[" + inner + "]") if isinstance(value, list) else ("(" + inner + ")")
-    if isinstance(value, np.ndarray | np.generic):
-        return f"{value.dtype}{list(value.shape)}"
-    return type(value).__name__
+    """A short text of the dtypes and shapes of a PyTree element (never raises)."""
+    try:
+        tree = map_with_path(_leaf_text, value)
+    except TypeError:  # a leaf get_element_spec cannot describe: name its type
+        return type(value).__name__
+    return tree if isinstance(tree, str) else repr(tree).replace("'", "")
+
+
+def _leaf_text(path: Any, leaf: Any) -> str:
+    spec = leaf_spec(path, leaf)
+    return f"{spec.dtype}{list(spec.shape)}"
