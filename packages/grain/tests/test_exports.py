@@ -15,6 +15,7 @@ EXPORTS = {
         "DatasetIterator",
         "IterDataset",
         "MapDataset",
+        "MultiprocessingOptions",
         "ReadOptions",
         "Record",
         "RecordMetadata",
@@ -85,6 +86,7 @@ EXPORTS = {
         "MapDataset",
         "MapTransform",
         "MapWithIndexTransform",
+        "MultiprocessingOptions",
         "NoSharding",
         "RandomAccessDataSource",
         "RandomMapTransform",
@@ -181,7 +183,7 @@ EXPORTS = {
         "track_stats",
     ],
     # Layers not built yet export nothing rather than pretend.
-    "grain_mp": [],
+    "grain_mp": ["MultiprocessPrefetchIterDataset", "MultiprocessingOptions"],
     "grain_jax": [],
 }
 

@@ -10,6 +10,9 @@ How many chunks run at once (up to `num_threads`) is tuned while reading
 (`_WidthTuner`): waiting elements (I/O) get many threads, pure-Python
 elements, which only queue on the GIL, get few.
 
+In an mp_prefetch worker (`set_worker_slice`), the iterator reads only the
+worker's share of the positions, ``source[index::count]``.
+
 State: ``{"next_index": i}``, the position after the last element returned.
 Read-ahead never shows in it, so a state means the same thing whatever the
 thread count, and restoring it re-reads from i.
@@ -47,6 +50,21 @@ _MAX_CHUNK_WALL_S = 0.01
 _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.02
 _TUNE_PAUSE_WINDOWS = 32
+
+
+# (worker index, worker count) inside an mp_prefetch worker process, else None.
+_worker_slice: tuple[int, int] | None = None
+
+
+def set_worker_slice(index: int, count: int) -> None:
+    """Makes every `to_iter_dataset` of this process read positions index, index+count, ...
+
+    grain-mp calls it first thing in each worker process: the slicing happens
+    right before `to_iter_dataset`, after all MapDataset transformations, as
+    `IterDataset.mp_prefetch` documents.
+    """
+    global _worker_slice
+    _worker_slice = (index, count)
 
 
 @register("to_iter_dataset")
@@ -199,6 +217,10 @@ class _PrefetchIterator(DatasetIterator[Any]):
         super().__init__()
         self._dataset = dataset
         self._source: MapDataset[Any] = dataset._parents[0]
+        if _worker_slice is not None:
+            # In an mp_prefetch worker: read only this worker's share of the positions.
+            index, count = _worker_slice
+            self._source = self._source[index::count]
         self._length = len(self._source)
         self._allow_nones = dataset._allow_nones
         options = dataset._read_options

@@ -1,10 +1,12 @@
 """grain_mp: worker processes and the DataLoader.
 
-Layout: the multiprocessing layer, above grain_dataset. It will own
-mp_prefetch workers, shared-memory transport and the DataLoader.
-
-Not built yet: this package holds only its face. Its API arrives with the
-issue that builds the layer; nothing here pretends to work.
+Layout: the multiprocessing layer, above grain_dataset (which it extends with
+`IterDataset.mp_prefetch` through grain_dataset's hook). `_options` holds
+MultiprocessingOptions; `_prefetch` runs a pipeline in worker processes and
+merges their outputs round robin with an exact state.
 """
 
-__all__: list[str] = []
+from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
+from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
+
+__all__ = ["MultiprocessPrefetchIterDataset", "MultiprocessingOptions"]

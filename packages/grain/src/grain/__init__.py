@@ -4,9 +4,9 @@ Layout: the public namespace only. It re-exports the layers below it and
 defines no behaviour of its own apart from the `grain` command-line tool:
 
   grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
-  grain_sources  data sources                               (protocol only)
+  grain_sources  data sources                                         (built)
   grain_dataset  MapDataset, IterDataset, DatasetIterator             (built)
-  grain_mp       worker processes and the DataLoader                  (next)
+  grain_mp       worker processes (mp_prefetch); the DataLoader next  (in part)
   grain_jax      device prefetch, Orbax checkpoints, multi-host       (next)
 
 Namespaces: `grain.experimental`, `grain.samplers`, `grain.sharding`,
@@ -26,11 +26,13 @@ from grain_dataset import MapDataset as MapDataset
 from grain_dataset import ReadOptions as ReadOptions
 from grain_index import Record as Record
 from grain_index import RecordMetadata as RecordMetadata
+from grain_mp import MultiprocessingOptions as MultiprocessingOptions
 
 __all__ = [
     "DatasetIterator",
     "IterDataset",
     "MapDataset",
+    "MultiprocessingOptions",
     "ReadOptions",
     "Record",
     "RecordMetadata",

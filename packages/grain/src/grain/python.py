@@ -19,6 +19,7 @@ from grain_index import RecordMetadata as RecordMetadata
 from grain_index import Sampler as Sampler
 from grain_index import SequentialSampler as SequentialSampler
 from grain_index import ShardOptions as ShardOptions
+from grain_mp import MultiprocessingOptions as MultiprocessingOptions
 from grain_sources import ArrayRecordDataSource as ArrayRecordDataSource
 from grain_sources import InMemoryDataSource as InMemoryDataSource
 from grain_sources import RandomAccessDataSource as RandomAccessDataSource
@@ -37,6 +38,7 @@ __all__ = [
     "MapDataset",
     "MapTransform",
     "MapWithIndexTransform",
+    "MultiprocessingOptions",
     "NoSharding",
     "RandomAccessDataSource",
     "RandomMapTransform",

@@ -1,0 +1,416 @@
+"""`IterDataset.mp_prefetch`: the pipeline runs in worker processes, round robin out.
+
+Model. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
+`to_iter_dataset` reading only positions w, w+n, w+2n, ... of its MapDataset
+(`grain_dataset._prefetch.set_worker_slice`). The parent takes one element from
+each worker in turn (0, 1, ..., n-1, 0, ...), skipping workers that have ended,
+so the output is deterministic and, for pipelines without many-to-one steps,
+the single-process order.
+
+Flow control. Each worker holds at most `per_worker_buffer_size` elements
+ahead: it sends an element only against a credit, and the parent returns a
+credit for each element it takes. With every element the worker sends its
+pipeline's state after producing it.
+
+State: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}``, the state
+of each worker's pipeline as of the last element the parent took (a fresh
+pipeline's state before its first). `set_state` stops the workers and starts
+new ones at those states; a worker whose pipeline had ended reports its end
+again at its first turn, so the restored round robin is the original one.
+
+Processes. Workers are forked (fast: the first element does not wait for a
+fresh interpreter to import everything) unless ``GRAIN_MP_START_METHOD`` says
+``spawn`` or ``forkserver``; then the pipeline is pickled before any worker
+starts, and an unpicklable stage is named. Workers ignore SIGINT (Ctrl-C is the
+parent's), exit when the parent goes away, and are daemons. An error in a
+worker reaches the parent with the worker's traceback, and stops the others; a
+worker that dies without a word (SIGKILL, OOM) is reported with its exit code
+within a second of its death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import os
+import pickle
+import signal
+import sys
+import traceback
+from multiprocessing import connection, resource_tracker
+from typing import Any
+
+from grain_dataset import DatasetIterator, IterDataset
+from grain_dataset._prefetch import set_worker_slice
+from grain_dataset._state import check_state
+from grain_mp._options import MultiprocessingOptions
+
+_START_METHOD_ENV = "GRAIN_MP_START_METHOD"
+_POLL_S = 0.5
+_JOIN_S = 2.0
+
+# Messages from a worker: (kind, ...).
+_ELEMENT, _END, _ERROR = "element", "end", "error"
+
+
+def mp_prefetch(
+    parent: IterDataset[Any], options: MultiprocessingOptions | None, worker_init_fn: Any
+) -> IterDataset[Any]:
+    """The builder behind `IterDataset.mp_prefetch` (registered by grain_dataset's hook)."""
+    if options is None:
+        options = MultiprocessingOptions(num_workers=10)
+    if not isinstance(options, MultiprocessingOptions):
+        raise TypeError(
+            f"`options` of mp_prefetch must be a grain.MultiprocessingOptions, got {options!r}."
+        )
+    if worker_init_fn is not None and not callable(worker_init_fn):
+        raise TypeError(f"`worker_init_fn` must be callable or None, got {worker_init_fn!r}.")
+    if options.num_workers == 0:
+        return parent
+    return MultiprocessPrefetchIterDataset(parent, options, worker_init_fn)
+
+
+def _start_method() -> str:
+    method = os.environ.get(_START_METHOD_ENV, "fork")
+    if method not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            f"{_START_METHOD_ENV}={method!r} is not a start method here: use one of "
+            f"{multiprocessing.get_all_start_methods()}."
+        )
+    return method
+
+
+def _check_picklable(dataset: IterDataset[Any], worker_init_fn: Any) -> None:
+    """Raises a TypeError naming the first stage (from the source) that cannot be pickled."""
+    try:
+        pickle.dumps((dataset, worker_init_fn))
+        return
+    except Exception as error:  # pickling raises many types: name the culprit instead
+        first_error = error
+    order: list[Any] = []
+    pending = [dataset]
+    while pending:
+        stage = pending.pop()
+        order.append(stage)
+        pending.extend(getattr(stage, "_parents", ()))
+    for stage in reversed(order):  # sources first: the first failure is the culprit
+        try:
+            pickle.dumps(stage)
+        except Exception as error:
+            raise TypeError(
+                f"mp_prefetch must pickle the pipeline for its worker processes, but the "
+                f"stage {stage!r} cannot be pickled ({type(error).__name__}: {error}). Use "
+                "module-level functions or classes instead of lambdas or closures, or the "
+                f"default fork start method ({_START_METHOD_ENV} unset)."
+            ) from error
+    raise TypeError(
+        f"mp_prefetch cannot pickle `worker_init_fn` {worker_init_fn!r}: {first_error}"
+    ) from first_error
+
+
+class MultiprocessPrefetchIterDataset(IterDataset[Any]):
+    """The parent pipeline, run in `options.num_workers` processes (see the module doc)."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        options: MultiprocessingOptions,
+        worker_init_fn: Any = None,
+    ):
+        if not isinstance(parent, IterDataset):
+            raise TypeError(
+                "mp_prefetch needs an IterDataset: call .to_iter_dataset() on the MapDataset "
+                f"first, got {type(parent).__name__}."
+            )
+        super().__init__(parent)
+        self._options = options
+        self._worker_init_fn = worker_init_fn
+        self._method = _start_method()
+        if self._method != "fork":
+            _check_picklable(parent, worker_init_fn)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MultiprocessIterator(self)
+
+    def __repr__(self) -> str:
+        options = self._options
+        return (
+            f"MultiprocessPrefetchIterDataset(num_workers={options.num_workers}, "
+            f"per_worker_buffer_size={options.per_worker_buffer_size})"
+        )
+
+
+def _worker_main(
+    dataset: Any,
+    worker_index: int,
+    worker_count: int,
+    worker_init_fn: Any,
+    state: Any,
+    out: connection.Connection,
+    credits: connection.Connection,
+    parent_pid: int,
+    inherited: list[connection.Connection],
+) -> None:
+    """A worker: builds its share of the pipeline, then sends elements against credits."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker holds copies of the parent's ends of the earlier workers' pipes;
+    # kept open, they would hide those workers' end-of-file from them.
+    for conn in inherited:
+        with contextlib.suppress(OSError):
+            conn.close()
+    try:
+        if isinstance(dataset, bytes):
+            dataset = pickle.loads(dataset)
+        if worker_init_fn is not None:
+            worker_init_fn(worker_index, worker_count)
+        set_worker_slice(worker_index, worker_count)
+        iterator = iter(dataset)
+        if state is not None:
+            iterator.set_state(state)
+        while True:
+            try:
+                element = next(iterator)
+            except StopIteration:
+                message: tuple[Any, ...] = (_END, iterator.get_state())
+            else:
+                message = (_ELEMENT, element, iterator.get_state())
+            if not _wait_for_credit(credits, parent_pid):
+                return
+            out.send(message)
+            if message[0] == _END:
+                # Stay until the parent closes the pipes, so it never mistakes the end for a death.
+                while _wait_for_credit(credits, parent_pid):
+                    pass
+                return
+    except (BrokenPipeError, EOFError):
+        return  # the parent went away or closed us: nothing to report to
+    except BaseException as error:
+        _send_error(out, worker_index, error)
+
+
+def _wait_for_credit(credits: connection.Connection, parent_pid: int) -> bool:
+    """Blocks until the parent grants one more element; False when the parent is gone."""
+    while not credits.poll(_POLL_S):
+        if os.getppid() != parent_pid:
+            return False
+    try:
+        credits.recv_bytes()
+    except (EOFError, OSError):
+        return False
+    return True
+
+
+def _send_error(out: connection.Connection, worker_index: int, error: BaseException) -> None:
+    text = "".join(traceback.format_exception(error))
+    try:
+        blob: bytes | None = pickle.dumps(error)
+    except Exception:  # an exception that cannot cross processes still gets its text across
+        blob = None
+    with contextlib.suppress(BrokenPipeError, EOFError, OSError):
+        out.send((_ERROR, blob, type(error).__name__, text))
+
+
+class _Worker:
+    """The parent's handle on one worker process."""
+
+    def __init__(self, process: Any, out: connection.Connection, credits: connection.Connection):
+        self.process = process
+        self.out = out
+        self.credits = credits
+
+    def grant(self, count: int = 1) -> None:
+        # A worker that failed is reported by the next receive, with its exit code.
+        with contextlib.suppress(BrokenPipeError, OSError):
+            for _ in range(count):
+                self.credits.send_bytes(b"")
+
+    def stop(self) -> None:
+        for conn in (self.credits, self.out):
+            with contextlib.suppress(OSError):
+                conn.close()
+        process = self.process
+        process.join(_JOIN_S)
+        if process.is_alive():
+            process.kill()
+            process.join(_JOIN_S)
+        with contextlib.suppress(ValueError):
+            process.close()
+
+
+class _MultiprocessIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: MultiprocessPrefetchIterDataset):
+        super().__init__()
+        self._dataset = dataset
+        count = dataset._options.num_workers
+        self._count = count
+        # A fresh pipeline's state (the same in every worker: slicing changes positions,
+        # not the state's shape), so that states keep one shape from the start.
+        fresh = iter(dataset._parents[0])
+        initial = json.dumps(fresh.get_state())
+        fresh.close()
+        self._states: list[Any] = [json.loads(initial) for _ in range(count)]
+        self._ended = [False] * count
+        self._next_worker = 0
+        self._workers: list[_Worker] | None = None
+
+    # -- worker life cycle -------------------------------------------------------------
+
+    def _start(self) -> list[_Worker]:
+        dataset = self._dataset
+        ctx = multiprocessing.get_context(dataset._method)
+        if dataset._method == "fork":
+            # Started before forking, the tracker is shared with the workers (RECIPES §8).
+            resource_tracker.ensure_running()
+            payload: Any = dataset._parents[0]
+        else:
+            payload = pickle.dumps(dataset._parents[0])
+        workers: list[_Worker] = []
+        try:
+            for index in range(self._count):
+                inherited = [conn for w in workers for conn in (w.out, w.credits)]
+                out_read, out_write = ctx.Pipe(duplex=False)
+                credit_read, credit_write = ctx.Pipe(duplex=False)
+                inherited += [out_read, credit_write]
+                process = ctx.Process(
+                    target=_worker_main,
+                    args=(
+                        payload,
+                        index,
+                        self._count,
+                        dataset._worker_init_fn,
+                        self._states[index],
+                        out_write,
+                        credit_read,
+                        os.getpid(),
+                        inherited if dataset._method == "fork" else [],
+                    ),
+                    name=f"grain-worker-{index}",
+                    daemon=True,
+                )
+                process.start()
+                out_write.close()
+                credit_read.close()
+                worker = _Worker(process, out_read, credit_write)
+                workers.append(worker)
+                if not self._ended[index]:
+                    worker.grant(dataset._options.per_worker_buffer_size)
+        except BaseException:
+            for worker in workers:
+                worker.stop()
+            raise
+        return workers
+
+    def _stop(self) -> None:
+        workers, self._workers = self._workers, None
+        for worker in workers or ():
+            worker.stop()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _receive(self, index: int) -> tuple[Any, ...]:
+        """The next message of worker `index`; raises if the worker died without one."""
+        worker = self._workers[index]  # type: ignore[index]
+        while True:
+            connection.wait([worker.out, worker.process.sentinel], timeout=_POLL_S)
+            # What a worker sent before dying is still delivered; poll() is also true at
+            # end of file, which recv() then reports as EOFError.
+            if worker.out.poll():
+                try:
+                    return worker.out.recv()
+                except EOFError:
+                    pass
+            elif worker.process.is_alive():
+                continue
+            worker.process.join(_JOIN_S)
+            code = worker.process.exitcode
+            self._stop()
+            how = (
+                f"was killed by signal {-code} ({signal.Signals(-code).name})"
+                if code is not None and code < 0
+                else f"exited with code {code}"
+            )
+            raise RuntimeError(
+                f"grain worker {index} of {self._count} {how} without reporting an error "
+                "(killed from outside, or out of memory). The other workers are stopped; "
+                "restore the last checkpoint to continue."
+            )
+
+    def __next__(self) -> Any:
+        if self._workers is None:
+            if all(self._ended):
+                raise StopIteration
+            self._workers = self._start()
+        while not all(self._ended):
+            index = self._next_worker
+            if self._ended[index]:
+                self._next_worker = (index + 1) % self._count
+                continue
+            message = self._receive(index)
+            kind = message[0]
+            if kind == _ELEMENT:
+                _, element, state = message
+                self._states[index] = state
+                self._next_worker = (index + 1) % self._count
+                self._workers[index].grant()
+                return element
+            if kind == _END:
+                self._states[index] = message[1]
+                self._ended[index] = True
+                self._next_worker = (index + 1) % self._count
+                continue
+            self._raise_worker_error(index, message)
+        self._stop()
+        raise StopIteration
+
+    def _raise_worker_error(self, index: int, message: tuple[Any, ...]) -> None:
+        _, blob, type_name, text = message
+        self._stop()
+        error: BaseException | None = None
+        if blob is not None:
+            with contextlib.suppress(Exception):
+                error = pickle.loads(blob)
+        if not isinstance(error, BaseException):
+            error = RuntimeError(f"grain worker {index} raised {type_name}")
+        note = f"grain worker {index} of {self._count} raised it; its traceback:\n{text.rstrip()}"
+        error.add_note(note)
+        raise error
+
+    # -- the DatasetIterator contract --------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        return {"next_worker": self._next_worker, "parents": list(self._states)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        stage = repr(self._dataset)
+        check_state(state, stage, ("next_worker", "parents"))
+        workers = state["parents"]
+        if not isinstance(workers, list) or len(workers) != self._count:
+            raise ValueError(
+                f"state {state!r} does not fit {stage}: it needs one entry per worker "
+                f"({self._count}); a checkpoint taken with another num_workers cannot be "
+                "restored here."
+            )
+        if state["next_worker"] >= self._count:
+            raise ValueError(f"state['next_worker'] of {stage} must be < {self._count}.")
+        self._stop()
+        self._next_worker = state["next_worker"]
+        self._states = list(workers)
+        self._ended = [False] * self._count
+
+    def start_prefetch(self) -> None:
+        if self._workers is None and not all(self._ended):
+            self._workers = self._start()
+
+    def close(self) -> None:
+        self._stop()
+
+    def __del__(self) -> None:
+        # At interpreter exit module globals may already be gone: stay silent.
+        with contextlib.suppress(Exception):
+            if sys.is_finalizing():
+                return
+            self._stop()
+
+    def __repr__(self) -> str:
+        return f"MultiprocessPrefetchIterator(workers={self._count}, next={self._next_worker})"

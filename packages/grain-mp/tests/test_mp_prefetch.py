@@ -1,0 +1,246 @@
+"""IterDataset.mp_prefetch: worker processes, deterministic round robin, exact state, failures."""
+
+import functools
+import json
+import multiprocessing
+import operator
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from grain_dataset import MapDataset, assert_equal_output_after_checkpoint
+from grain_mp import MultiprocessingOptions
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _options(workers, buffer=2):
+    return MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=buffer)
+
+
+def _double(x):
+    return x * 2
+
+
+def _not_multiple_of_3(x):
+    return x % 3 != 0
+
+
+def _pipeline(n=200):
+    return MapDataset.range(n).seed(7).shuffle().map(_double).to_iter_dataset()
+
+
+def _no_children_left():
+    deadline = time.monotonic() + 5
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_same_order_as_one_process_without_many_to_one_steps(workers):
+    ds = _pipeline()
+    assert list(ds.mp_prefetch(_options(workers))) == list(ds)
+    assert _no_children_left()
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_filter_and_batch_in_workers_keep_the_multiset_and_repeat_exactly(workers):
+    ds = _pipeline(300).filter(_not_multiple_of_3).batch(8)
+    single = sorted(np.concatenate(list(ds)).tolist())
+    runs = [[b.tolist() for b in ds.mp_prefetch(_options(workers))] for _ in range(2)]
+    assert runs[0] == runs[1]
+    assert sorted(x for batch in runs[0] for x in batch) == single
+
+
+def test_zero_workers_is_a_no_op():
+    ds = _pipeline()
+    assert ds.mp_prefetch(MultiprocessingOptions(num_workers=0)) is ds
+
+
+def test_options_are_checked():
+    with pytest.raises(ValueError, match="num_workers"):
+        MultiprocessingOptions(num_workers=-1)
+    with pytest.raises(ValueError, match="per_worker_buffer_size"):
+        MultiprocessingOptions(num_workers=1, per_worker_buffer_size=0)
+    with pytest.raises(TypeError, match="MultiprocessingOptions"):
+        _pipeline().mp_prefetch({"num_workers": 2})
+    with pytest.raises(TypeError, match="worker_init_fn"):
+        _pipeline().mp_prefetch(_options(2), worker_init_fn=3)
+
+
+_WORKER = {}
+
+
+def _remember_worker(index, count):
+    _WORKER["id"] = (index, count)
+
+
+def _tag_with_worker(x):
+    return (_WORKER["id"], x)
+
+
+def test_worker_init_fn_runs_first_in_every_worker():
+    ds = MapDataset.range(12).to_iter_dataset().map(_tag_with_worker)
+    out = list(ds.mp_prefetch(_options(3), worker_init_fn=_remember_worker))
+    assert [tag for tag, _ in out] == [(i % 3, 3) for i in range(12)]
+    assert [x for _, x in out] == list(range(12))
+
+
+def test_checkpoint_restores_exactly_at_every_step():
+    ds = _pipeline(40).filter(_not_multiple_of_3).batch(3).mp_prefetch(_options(2))
+    assert_equal_output_after_checkpoint(ds, max_steps=20)
+    assert _no_children_left()
+
+
+def test_state_is_small_json_and_restores_across_epochs():
+    ds = MapDataset.range(30).seed(1).shuffle().repeat(3).to_iter_dataset()
+    mp = ds.mp_prefetch(_options(2))
+    it = iter(mp)
+    for _ in range(47):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert len(json.dumps(state)) < 200
+    rest = list(it)
+    resumed = iter(mp)
+    resumed.set_state(state)
+    assert list(resumed) == rest
+    assert len(rest) == 90 - 47
+
+
+def test_a_state_from_another_worker_count_is_refused():
+    it = iter(_pipeline().mp_prefetch(_options(2)))
+    next(it)
+    state = it.get_state()
+    other = iter(_pipeline().mp_prefetch(_options(3)))
+    with pytest.raises(ValueError, match="num_workers"):
+        other.set_state(state)
+    with pytest.raises(ValueError, match="keys"):
+        other.set_state({"next_index": 3})
+    it.close()
+
+
+def _fail_on_13(x):
+    if x == 13:
+        raise KeyError(f"bad record {x}")
+    return x
+
+
+def test_a_worker_error_reaches_the_parent_with_its_traceback_and_stops_the_others():
+    ds = MapDataset.range(40).to_iter_dataset().map(_fail_on_13).mp_prefetch(_options(2))
+    it = iter(ds)
+    seen = [next(it) for _ in range(13)]
+    with pytest.raises(KeyError, match="bad record 13") as info:
+        next(it)
+    assert seen == list(range(13))
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "grain worker 1 of 2" in notes
+    assert "_fail_on_13" in notes  # the worker's traceback
+    assert _no_children_left()
+
+
+def _slow(x):
+    time.sleep(0.01)
+    return x
+
+
+def test_a_killed_worker_is_reported_within_seconds_naming_it():
+    ds = MapDataset.range(10_000).to_iter_dataset().map(_slow).mp_prefetch(_options(2))
+    it = iter(ds)
+    next(it)
+    victim = next(p for p in multiprocessing.active_children() if p.name == "grain-worker-1")
+    os.kill(victim.pid, signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"grain worker 1 of 2 was killed by signal 9"):
+        _drain(it)
+    assert time.monotonic() - start < 5
+    assert _no_children_left()
+
+
+def _drain(iterator):
+    for _ in iterator:
+        pass
+
+
+@pytest.mark.parametrize("how", ["close", "del", "break"])
+def test_stopping_early_leaves_no_worker(how):
+    ds = _pipeline(10_000).map(_slow).mp_prefetch(_options(2))
+    it = iter(ds)
+    for x in it:
+        if x is not None:
+            break
+    assert multiprocessing.active_children()
+    if how == "close":
+        it.close()
+    elif how == "del":
+        del it
+    else:
+        it = None
+    assert _no_children_left()
+
+
+def test_spawn_names_an_unpicklable_stage_before_any_worker_starts(monkeypatch):
+    monkeypatch.setenv("GRAIN_MP_START_METHOD", "spawn")
+    ds = MapDataset.range(10).map(_double).to_iter_dataset().map(lambda x: x + 1)
+    with pytest.raises(TypeError, match=r"MapIterDataset.*cannot be pickled"):
+        ds.mp_prefetch(_options(2))
+    assert not multiprocessing.active_children()
+
+
+def test_spawn_runs_a_picklable_pipeline(monkeypatch):
+    monkeypatch.setenv("GRAIN_MP_START_METHOD", "spawn")
+    # Spawned workers import what they unpickle: the functions must live in modules.
+    ds = MapDataset.range(30).seed(7).shuffle().map(functools.partial(operator.mul, 2))
+    ds = ds.to_iter_dataset()
+    assert list(ds.mp_prefetch(_options(2))) == list(ds)
+    assert _no_children_left()
+
+
+def test_interpreter_exit_mid_iteration_is_silent_and_leaves_no_worker(tmp_path):
+    script = textwrap.dedent(
+        """
+        import time
+        from grain_dataset import MapDataset
+        from grain_mp import MultiprocessingOptions
+
+        def slow(x):
+            time.sleep(0.01)
+            return x
+
+        ds = MapDataset.range(10_000).to_iter_dataset().map(slow)
+        it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+        next(it)
+        import multiprocessing
+        print(" ".join(str(p.pid) for p in multiprocessing.active_children()))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purpose: reaped by init soon.
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
