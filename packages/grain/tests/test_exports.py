@@ -20,6 +20,7 @@ EXPORTS = {
         "Record",
         "RecordMetadata",
         "experimental",
+        "multiprocessing",
         "python",
         "samplers",
         "sharding",
@@ -183,7 +184,17 @@ EXPORTS = {
         "track_stats",
     ],
     # Layers not built yet export nothing rather than pretend.
-    "grain_mp": ["MultiprocessPrefetchIterDataset", "MultiprocessingOptions"],
+    "grain_mp": [
+        "MultiprocessPrefetchIterDataset",
+        "MultiprocessingOptions",
+        "SharedMemoryArray",
+        "SharedMemoryArrayMetadata",
+    ],
+    "grain.multiprocessing": [
+        "MultiprocessingOptions",
+        "SharedMemoryArray",
+        "SharedMemoryArrayMetadata",
+    ],
     "grain_jax": [],
 }
 

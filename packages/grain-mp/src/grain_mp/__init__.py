@@ -3,10 +3,19 @@
 Layout: the multiprocessing layer, above grain_dataset (which it extends with
 `IterDataset.mp_prefetch` through grain_dataset's hook). `_options` holds
 MultiprocessingOptions; `_prefetch` runs a pipeline in worker processes and
-merges their outputs round robin with an exact state.
+merges their outputs round robin with an exact state; `_transport` moves
+elements' numpy arrays through reused shared memory; `_shm_array` is the public
+SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs.
 """
 
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
+from grain_mp._shm_array import SharedMemoryArray as SharedMemoryArray
+from grain_mp._shm_array import SharedMemoryArrayMetadata as SharedMemoryArrayMetadata
 
-__all__ = ["MultiprocessPrefetchIterDataset", "MultiprocessingOptions"]
+__all__ = [
+    "MultiprocessPrefetchIterDataset",
+    "MultiprocessingOptions",
+    "SharedMemoryArray",
+    "SharedMemoryArrayMetadata",
+]

@@ -18,6 +18,12 @@ pipeline's state before its first). `set_state` stops the workers and starts
 new ones at those states; a worker whose pipeline had ended reports its end
 again at its first turn, so the restored round robin is the original one.
 
+Transport. Numpy arrays of an element travel through shared memory segments
+that each worker reuses (`grain_mp._transport`): the worker copies them in, the
+parent copies them out and hands the segment's name back with the next credit.
+Everything else is pickled. Segment names say which run owns them, so a start
+sweeps away what killed runs left (`grain_mp._sweep`).
+
 Processes. Workers are forked (fast: the first element does not wait for a
 fresh interpreter to import everything) unless ``GRAIN_MP_START_METHOD`` says
 ``spawn`` or ``forkserver``; then the pipeline is pickled before any worker
@@ -45,6 +51,8 @@ from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset._prefetch import set_worker_slice
 from grain_dataset._state import check_state
 from grain_mp._options import MultiprocessingOptions
+from grain_mp._sweep import sweep_dead_segments
+from grain_mp._transport import SegmentPool, SegmentReader
 
 _START_METHOD_ENV = "GRAIN_MP_START_METHOD"
 _POLL_S = 0.5
@@ -159,6 +167,7 @@ def _worker_main(
     for conn in inherited:
         with contextlib.suppress(OSError):
             conn.close()
+    pool = SegmentPool(owner_pid=parent_pid)
     try:
         if isinstance(dataset, bytes):
             dataset = pickle.loads(dataset)
@@ -168,37 +177,66 @@ def _worker_main(
         iterator = iter(dataset)
         if state is not None:
             iterator.set_state(state)
+        credit = _Credit(credits, parent_pid, pool)
         while True:
             try:
                 element = next(iterator)
             except StopIteration:
                 message: tuple[Any, ...] = (_END, iterator.get_state())
             else:
-                message = (_ELEMENT, element, iterator.get_state())
-            if not _wait_for_credit(credits, parent_pid):
+                # Arrays travel through reused shared memory; the rest is pickled.
+                message = (_ELEMENT, pool.encode(element), iterator.get_state())
+            if not credit.take():
                 return
             out.send(message)
             if message[0] == _END:
                 # Stay until the parent closes the pipes, so it never mistakes the end for a death.
-                while _wait_for_credit(credits, parent_pid):
+                while credit.wait():
                     pass
                 return
     except (BrokenPipeError, EOFError):
         return  # the parent went away or closed us: nothing to report to
     except BaseException as error:
         _send_error(out, worker_index, error)
+    finally:
+        pool.close()
 
 
-def _wait_for_credit(credits: connection.Connection, parent_pid: int) -> bool:
-    """Blocks until the parent grants one more element; False when the parent is gone."""
-    while not credits.poll(_POLL_S):
-        if os.getppid() != parent_pid:
+class _Credit:
+    """The worker's side of flow control: how many more elements it may send.
+
+    A grant message is ``b"<count>"`` followed by the names (one per line) of
+    segments the parent has decoded, which the pool takes back for reuse.
+    """
+
+    def __init__(self, conn: connection.Connection, parent_pid: int, pool: SegmentPool):
+        self._conn = conn
+        self._parent_pid = parent_pid
+        self._pool = pool
+        self._left = 0
+
+    def take(self) -> bool:
+        """Uses one credit, waiting for a grant if none is left; False when the parent is gone."""
+        while not self._left:
+            if not self.wait():
+                return False
+        self._left -= 1
+        return True
+
+    def wait(self) -> bool:
+        """Receives one grant; False when the parent closed the pipe or is gone."""
+        while not self._conn.poll(_POLL_S):
+            if os.getppid() != self._parent_pid:
+                return False
+        try:
+            message = self._conn.recv_bytes()
+        except (EOFError, OSError):
             return False
-    try:
-        credits.recv_bytes()
-    except (EOFError, OSError):
-        return False
-    return True
+        count, *released = message.decode().split("\n")
+        self._left += int(count)
+        if released:
+            self._pool.reclaim(released)
+        return True
 
 
 def _send_error(out: connection.Connection, worker_index: int, error: BaseException) -> None:
@@ -219,11 +257,12 @@ class _Worker:
         self.out = out
         self.credits = credits
 
-    def grant(self, count: int = 1) -> None:
+    def grant(self, count: int, released: list[str]) -> None:
+        """Lets the worker send `count` more elements and reuse the `released` segments."""
+        message = "\n".join([str(count), *released]).encode()
         # A worker that failed is reported by the next receive, with its exit code.
         with contextlib.suppress(BrokenPipeError, OSError):
-            for _ in range(count):
-                self.credits.send_bytes(b"")
+            self.credits.send_bytes(message)
 
     def stop(self) -> None:
         for conn in (self.credits, self.out):
@@ -253,11 +292,22 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         self._ended = [False] * count
         self._next_worker = 0
         self._workers: list[_Worker] | None = None
+        self._reader: SegmentReader | None = None
+        # Credits are returned in groups (one write per group, not per element), but
+        # soon enough that a worker always has half its buffer to fill.
+        self._grant_every = max(1, dataset._options.per_worker_buffer_size // 2)
+        self._owed = [0] * count
+        self._released: list[list[str]] = [[] for _ in range(count)]
 
     # -- worker life cycle -------------------------------------------------------------
 
     def _start(self) -> list[_Worker]:
         dataset = self._dataset
+        # Segments of runs whose processes were all killed (preemption) go first.
+        sweep_dead_segments()
+        self._reader = SegmentReader()
+        self._owed = [0] * self._count
+        self._released = [[] for _ in range(self._count)]
         ctx = multiprocessing.get_context(dataset._method)
         if dataset._method == "fork":
             # Started before forking, the tracker is shared with the workers (RECIPES §8).
@@ -294,7 +344,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                 worker = _Worker(process, out_read, credit_write)
                 workers.append(worker)
                 if not self._ended[index]:
-                    worker.grant(dataset._options.per_worker_buffer_size)
+                    worker.grant(dataset._options.per_worker_buffer_size, [])
         except BaseException:
             for worker in workers:
                 worker.stop()
@@ -303,8 +353,14 @@ class _MultiprocessIterator(DatasetIterator[Any]):
 
     def _stop(self) -> None:
         workers, self._workers = self._workers, None
+        pids = []
         for worker in workers or ():
+            pids.append(worker.process.pid)
             worker.stop()
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            # After the workers: it unlinks every segment they made for us, sent or not.
+            reader.close(creator_pids=pids)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -312,10 +368,11 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         """The next message of worker `index`; raises if the worker died without one."""
         worker = self._workers[index]  # type: ignore[index]
         while True:
-            connection.wait([worker.out, worker.process.sentinel], timeout=_POLL_S)
             # What a worker sent before dying is still delivered; poll() is also true at
             # end of file, which recv() then reports as EOFError.
-            if worker.out.poll():
+            if worker.out.poll() or worker.out in connection.wait(
+                [worker.out, worker.process.sentinel], timeout=_POLL_S
+            ):
                 try:
                     return worker.out.recv()
                 except EOFError:
@@ -349,10 +406,16 @@ class _MultiprocessIterator(DatasetIterator[Any]):
             message = self._receive(index)
             kind = message[0]
             if kind == _ELEMENT:
-                _, element, state = message
+                _, payload, state = message
+                reader = self._reader
+                element = reader.decode(payload)  # type: ignore[union-attr]
                 self._states[index] = state
                 self._next_worker = (index + 1) % self._count
-                self._workers[index].grant()
+                self._released[index] += reader.take_released()  # type: ignore[union-attr]
+                self._owed[index] += 1
+                if self._owed[index] >= self._grant_every:
+                    self._workers[index].grant(self._owed[index], self._released[index])
+                    self._owed[index], self._released[index] = 0, []
                 return element
             if kind == _END:
                 self._states[index] = message[1]

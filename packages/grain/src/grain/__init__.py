@@ -9,12 +9,13 @@ defines no behaviour of its own apart from the `grain` command-line tool:
   grain_mp       worker processes (mp_prefetch); the DataLoader next  (in part)
   grain_jax      device prefetch, Orbax checkpoints, multi-host       (next)
 
-Namespaces: `grain.experimental`, `grain.samplers`, `grain.sharding`,
+Namespaces: `grain.experimental`, `grain.multiprocessing`, `grain.samplers`, `grain.sharding`,
 `grain.sources`, `grain.transforms` and `grain.python` (the upstream-compatible
 flat namespace).
 """
 
 from grain import experimental as experimental
+from grain import multiprocessing as multiprocessing
 from grain import python as python
 from grain import samplers as samplers
 from grain import sharding as sharding
@@ -37,6 +38,7 @@ __all__ = [
     "Record",
     "RecordMetadata",
     "experimental",
+    "multiprocessing",
     "python",
     "samplers",
     "sharding",

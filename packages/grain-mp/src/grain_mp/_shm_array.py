@@ -1,0 +1,298 @@
+"""`SharedMemoryArray`: a numpy array in a POSIX shared memory segment, with explicit ownership.
+
+Model. ``SharedMemoryArray(shape, dtype)`` creates a segment (named as in
+`grain_mp._sweep`) and is a numpy array over its pages; every numpy operation
+works on it in place. Its `metadata` (name, shape, dtype) is a small picklable
+value: another process turns it back into an array over the same pages with
+`SharedMemoryArray.from_metadata`, without copying and without registering with
+a resource tracker (which would unlink the segment when *that* process exits).
+
+Mappings and names are separate. A process's mapping lives as long as the array
+or any view of it does (unmapping earlier would leave them pointing at freed
+memory), so using an array is always safe; a view keeps its array alive, so an
+owner is collected (and unlinks) only after its views. Unlinking removes only the *name*:
+processes that have attached keep their pages, later attaches fail.
+
+Who unlinks (at most one object, and only in the process that made it so):
+
+====================================================  ===========================================
+handle                                                unlinks the segment
+====================================================  ===========================================
+the array ``SharedMemoryArray(...)`` returned         when it is garbage collected, when the
+                                                      interpreter exits, or on `unlink()`;
+                                                      never once `close()` handed it off
+an array from `from_metadata`                         only after `unlink_on_del()` (then when it
+                                                      is garbage collected or at exit), or on
+                                                      `unlink()`
+views, results of arithmetic, pickled copies (which   never
+are plain in-memory arrays), a forked child's copy
+nobody (the owner was killed)                         `sweep_dead_segments`, once the process
+                                                      `owner_pid` is gone
+====================================================  ===========================================
+
+Handing an array to another process::
+
+    # in the worker
+    array = SharedMemoryArray((2, 3), "f4", owner_pid=parent_pid)
+    array[:] = ...
+    queue.put(array.metadata)
+    array.close()  # it no longer unlinks
+
+    # in the parent
+    received = SharedMemoryArray.from_metadata(queue.get())
+    received.unlink_on_del()  # the parent owns it now
+
+``owner_pid=parent_pid`` makes the sweep keep the segment while the parent lives,
+even once the worker is gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+import os
+import weakref
+from collections.abc import Iterable
+from typing import Any, SupportsIndex
+
+import numpy as np
+
+from grain_mp._sweep import attach_segment, create_unique_segment, unlink_segment
+
+__all__ = ["SharedMemoryArray", "SharedMemoryArrayMetadata"]
+
+
+def _as_shape(shape: SupportsIndex | Iterable[SupportsIndex]) -> tuple[int, ...]:
+    try:
+        dims = (operator.index(shape),)  # type: ignore[arg-type]
+    except TypeError:
+        dims = tuple(operator.index(dim) for dim in shape)  # type: ignore[union-attr]
+    if any(dim < 0 for dim in dims):
+        raise ValueError(f"A shape needs non-negative dimensions, got {dims}.")
+    return dims
+
+
+def _as_dtype(dtype: Any) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError(
+            f"dtype {dtype} holds Python objects, which cannot live in shared memory "
+            f"(they are pointers into one process's heap). Use a numeric, bool or "
+            f"fixed-width string dtype, or send such values by pickling."
+        )
+    return dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedMemoryArrayMetadata:
+    """What another process needs to attach a `SharedMemoryArray`: picklable and small.
+
+    Example::
+
+        meta = SharedMemoryArray((2, 3), np.float32).metadata
+        meta  # SharedMemoryArrayMetadata(name='grain_...', shape=(2, 3), dtype=dtype('float32'))
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __post_init__(self) -> None:
+        # Frozen: normalize through object.__setattr__ so that equal metadata compare equal.
+        object.__setattr__(self, "shape", _as_shape(self.shape))
+        object.__setattr__(self, "dtype", _as_dtype(self.dtype))
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the array's data in bytes."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+class _Ownership:
+    """Whether (and in which process) an array unlinks its segment; its finalizer holds this."""
+
+    __slots__ = ("name", "owns", "pid", "unlinked")
+
+    def __init__(self, name: str, owns: bool) -> None:
+        self.name = name
+        self.owns = owns
+        self.pid = os.getpid()
+        self.unlinked = False
+
+
+def _finish(ownership: _Ownership) -> None:
+    """Runs when the array is garbage collected or at interpreter exit."""
+    # A forked child inherits the owner's objects, finalizers included: only the
+    # process that took ownership may unlink.
+    if ownership.owns and not ownership.unlinked and os.getpid() == ownership.pid:
+        ownership.unlinked = True
+        unlink_segment(ownership.name)
+
+
+class SharedMemoryArray(np.ndarray):
+    """A numpy array backed by a new POSIX shared memory segment.
+
+    The creating array owns the segment and unlinks it when it is garbage
+    collected (or at interpreter exit) unless `close()` hands it off; attached
+    arrays (`from_metadata`) unlink only after `unlink_on_del()` or on `unlink()`.
+    See the module docstring for the full table. Views and arithmetic results are
+    arrays over the same or new memory that own nothing (a view keeps the owning
+    array, and so the segment, alive); pickling and `copy.copy`/`copy.deepcopy`
+    yield a plain numpy copy (send `metadata` to share the pages instead).
+
+    Example::
+
+        array = SharedMemoryArray((2, 3), dtype=np.int32)
+        array[:] = 7
+        other = SharedMemoryArray.from_metadata(array.metadata)  # e.g. in a worker
+        other[0, 0] = 1  # array[0, 0] == 1 too
+        array.unlink()
+
+    Args:
+        shape: the array's shape (an int or a sequence of ints).
+        dtype: any numpy dtype without Python objects; float64 by default.
+        owner_pid: the process whose death makes the segment garbage, for
+            `sweep_dead_segments`; this process by default. Pass the receiving
+            process's pid when the segment is handed to it.
+    """
+
+    _metadata: SharedMemoryArrayMetadata | None
+    _ownership: _Ownership | None
+
+    def __new__(
+        cls,
+        shape: SupportsIndex | Iterable[SupportsIndex],
+        dtype: Any = float,
+        *,
+        owner_pid: int | None = None,
+    ) -> SharedMemoryArray:
+        dtype = _as_dtype(dtype)
+        shape = _as_shape(shape)
+        nbytes = math.prod(shape) * dtype.itemsize
+        name, mapping = create_unique_segment(nbytes, owner_pid)
+        try:
+            # The array's base is the mmap: the pages stay mapped while it or a view lives.
+            array = super().__new__(cls, shape, dtype, buffer=mapping)
+            array._adopt(SharedMemoryArrayMetadata(name, shape, dtype), owns=True)
+        except BaseException:
+            unlink_segment(name)
+            raise
+        return array
+
+    def __array_finalize__(self, obj: Any) -> None:
+        # Views, slices and arithmetic results describe other memory (or a part of
+        # it): they carry neither metadata nor ownership.
+        self._metadata = None
+        self._ownership = None
+
+    def _adopt(self, metadata: SharedMemoryArrayMetadata, owns: bool) -> None:
+        ownership = _Ownership(metadata.name, owns)
+        self._metadata = metadata
+        self._ownership = ownership
+        # Holds only `ownership`, never the array, so that it cannot keep it alive;
+        # runs at garbage collection, or at exit (finalize's atexit) if still alive.
+        weakref.finalize(self, _finish, ownership)
+
+    @classmethod
+    def from_metadata(cls, metadata: SharedMemoryArrayMetadata) -> SharedMemoryArray:
+        """Attaches to the segment `metadata` describes: an array over the same pages.
+
+        The attached array does not own the segment: call `unlink_on_del()` to make
+        it responsible, or `unlink()`. Nothing is registered with a resource tracker.
+
+        Example::
+
+            received = SharedMemoryArray.from_metadata(queue.get())
+            received.unlink_on_del()
+
+        Raises:
+            FileNotFoundError: the segment is gone (its owner unlinked it).
+            ValueError: the segment is smaller than `metadata` says.
+        """
+        if not isinstance(metadata, SharedMemoryArrayMetadata):
+            raise TypeError(
+                f"from_metadata takes a SharedMemoryArrayMetadata (an array's "
+                f".metadata), got {type(metadata).__qualname__}."
+            )
+        try:
+            mapping = attach_segment(metadata.name)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"Shared memory segment {metadata.name!r} no longer exists: its owner "
+                f"unlinked it (e.g. the creating SharedMemoryArray was garbage "
+                f"collected while it still owned the segment). The creator should "
+                f"call close() after sending .metadata to hand the segment over, and "
+                f"the receiver unlink_on_del()."
+            ) from None
+        if len(mapping) < metadata.nbytes:
+            size = len(mapping)
+            mapping.close()
+            raise ValueError(
+                f"Shared memory segment {metadata.name!r} holds {size} bytes, fewer "
+                f"than the {metadata.nbytes} of a {metadata.shape} {metadata.dtype} "
+                f"array: the metadata does not belong to this segment."
+            )
+        array = np.ndarray.__new__(cls, metadata.shape, metadata.dtype, buffer=mapping)
+        array._adopt(metadata, owns=False)
+        return array
+
+    def _own(self, action: str) -> _Ownership:
+        if self._ownership is None:
+            raise ValueError(
+                f"Cannot {action}: this SharedMemoryArray is a view or a computed "
+                f"result, not the array that created or attached the segment. Call it "
+                f"on the array that SharedMemoryArray(...) or from_metadata() returned."
+            )
+        return self._ownership
+
+    @property
+    def metadata(self) -> SharedMemoryArrayMetadata:
+        """Name, shape and dtype: pass it to `from_metadata` in another process."""
+        self._own("take .metadata")
+        assert self._metadata is not None
+        return self._metadata
+
+    def unlink_on_del(self) -> None:
+        """Makes this array own the segment: it unlinks it when garbage collected.
+
+        Only in this process: copies inherited by forked children never unlink.
+        """
+        ownership = self._own("unlink_on_del()")
+        ownership.owns = True
+        ownership.pid = os.getpid()
+
+    def unlink(self) -> None:
+        """Removes the segment's name now. Idempotent; a name already gone is fine.
+
+        This array and every other attached one stay usable; new attaches fail.
+        """
+        ownership = self._own("unlink()")
+        ownership.owns = False
+        if not ownership.unlinked:
+            ownership.unlinked = True
+            unlink_segment(ownership.name)
+
+    def close(self) -> None:
+        """Gives up this array's ownership: it will never unlink the segment.
+
+        The creator calls it to hand the segment to the process it sent
+        `metadata` to (which then calls `unlink_on_del()` or `unlink()`). The pages
+        stay mapped here while this array or a view of it lives. Idempotent.
+        """
+        self._own("close()").owns = False
+
+    def __reduce__(self) -> Any:
+        # A pickled SharedMemoryArray is a plain copy of the values: ownership and
+        # mappings do not travel. Share with .metadata instead.
+        return self.view(np.ndarray).__reduce__()
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        return self.view(np.ndarray).__reduce_ex__(protocol)
+
+    def __copy__(self) -> np.ndarray:
+        # Like pickling: a copy is new memory, so it is a plain array that owns nothing.
+        return np.array(self, copy=True, subok=False)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> np.ndarray:
+        return np.array(self, copy=True, subok=False)

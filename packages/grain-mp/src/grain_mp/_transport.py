@@ -1,0 +1,572 @@
+"""Moving elements from a worker process to its parent through reused shared memory.
+
+Model. A worker encodes each element with its `SegmentPool`: the element is
+pickled, except that every numpy array of a numeric, bool or datetime dtype with
+at least `min_bytes` bytes is replaced by a placeholder and copied (one copy per
+array) into ONE shared memory segment for the whole element, the arrays back to
+back at 64-byte aligned offsets after a 64-byte header. Everything else (strings,
+objects, None, small arrays, the containers) stays in the pickle, in full. The
+result is a small picklable `Payload` (segment name, generation, the arrays'
+offsets/shapes/dtypes, the pickled skeleton) that goes through any Queue or Pipe.
+In the parent, `SegmentReader.decode` copies the arrays out of the segment into
+fresh numpy arrays (one copy each) and unpickles the skeleton around them.
+
+Reuse. Segments are not created and unlinked per element. The pool *lends* a
+segment with each payload; once the parent has decoded it, the segment is free
+again and its name goes back to the worker (the reader hands it to the
+`release` callback you give it, e.g. ``return_queue.put``, or keeps it for
+`SegmentReader.take_released`); the worker's pool takes it back with
+`SegmentPool.reclaim`, or by itself from the `returns` channel it polls before
+allocating. Segments come in power-of-two size classes of at least 1 MiB, so the
+pool holds about as many segments as there are elements in flight (bound those
+with credits, as mp_prefetch does: a worker running ahead unchecked keeps
+creating segments). The reader
+keeps each segment mapped after its first use, so reuse costs no system call.
+Each lending bumps a generation number, written into the segment's header and
+the payload: decoding a payload whose segment was lent again (released twice, or
+released before decoding) raises instead of returning another element's data.
+
+Ownership (who unlinks; no resource tracker is involved, see `grain_mp._sweep`):
+
+- Segment names carry the *parent's* pid as owner (``SegmentPool(owner_pid=...)``)
+  and the worker's pid as creator.
+- The worker's `SegmentPool.close()` (call it in a ``finally``: multiprocessing
+  workers skip interpreter-exit hooks) unlinks the segments it holds free,
+  after taking back the names waiting on `returns`. Segments still lent stay,
+  because the parent may not have decoded them yet (a worker that ran out of
+  data ends before its parent reads its last elements); if the parent is gone,
+  it unlinks those too.
+- The parent's `SegmentReader.close()` unlinks every segment name it has seen,
+  lent or returned (idempotent: names already gone are skipped), and with
+  ``creator_pids=`` every segment those (stopped) workers created for it, also
+  the ones never sent: this is the cleanup after a worker is SIGKILLed.
+- If only the parent dies, a worker that notices and closes its pool unlinks
+  everything. If the whole process group is SIGKILLed, `sweep_dead_segments()`
+  at the next pipeline start removes the segments, since their owner is dead.
+
+Example::
+
+    # worker                                     # parent
+    pool = SegmentPool(owner_pid=parent_pid,     reader = SegmentReader(release=returns.put)
+                       returns=returns)          element = reader.decode(data.get())
+    try:                                         ...
+        for element in pipeline:                 reader.close(creator_pids=[worker.pid])
+            data.put(pool.encode(element))
+    finally:
+        pool.close()
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import io
+import mmap
+import os
+import pickle
+import queue
+import struct
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from grain_mp._sweep import (
+    attach_segment,
+    create_unique_segment,
+    process_alive,
+    remove_segments,
+    unlink_segment,
+)
+
+__all__ = ["MIN_BYTES", "MIN_SEGMENT_BYTES", "Payload", "SegmentPool", "SegmentReader"]
+
+MIN_BYTES = 4096
+"""Arrays smaller than this many bytes are pickled inline: a memcpy is not worth a slot."""
+
+MIN_SEGMENT_BYTES = 1 << 20
+"""The smallest segment size class; larger classes are powers of two."""
+
+_ALIGN = 64  # a cache line; also satisfies every dtype's alignment
+_HEADER = struct.Struct("<8sQ")  # magic, generation
+_MAGIC = b"GRAINTX1"
+_DATA_AT = 64
+# Plain fixed-size values whose bytes mean the same in any process.
+_SHARED_KINDS = frozenset("biufcmM")
+# Mappings a reader keeps; the oldest are dropped beyond this (segments of ended workers).
+_MAX_MAPPINGS = 256
+
+
+class Payload(NamedTuple):
+    """One encoded element: small and picklable; the arrays' data is in `segment`.
+
+    Attributes:
+        segment: the segment holding the arrays, or None if the element has none
+            (then nothing is lent, and nothing needs releasing).
+        generation: which lending of `segment` this payload belongs to.
+        leaves: ``(offset, shape, dtype string, Fortran order)`` of each array.
+        skeleton: the element pickled with the arrays replaced by placeholders.
+
+    Example::
+
+        payload = pool.encode({"image": image, "label": 3})
+        payload.segment, len(payload.leaves)  # ('grain_...', 1)
+    """
+
+    segment: str | None
+    generation: int
+    leaves: tuple[tuple[int, tuple[int, ...], str, bool], ...]
+    skeleton: bytes
+
+
+def _leaf(index: int) -> Any:
+    """Stands for array `index` of a payload; only `SegmentReader.decode` resolves it."""
+    raise pickle.UnpicklingError(
+        "This is a transport payload's skeleton: decode the Payload with "
+        "SegmentReader.decode instead of unpickling its skeleton directly."
+    )
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles an element, setting large plain arrays aside for the segment."""
+
+    def __init__(self, file: io.BytesIO, min_bytes: int) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.min_bytes = min_bytes
+        self.arrays: list[np.ndarray] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Called for every object except exact ints, floats, strs, bytes, lists,
+        # tuples, dicts, sets, None and bools, so plain data costs no Python call.
+        # Exact ndarray only: subclasses may carry state a reconstruction would lose.
+        if (
+            type(obj) is np.ndarray
+            and obj.dtype.kind in _SHARED_KINDS
+            and obj.nbytes >= self.min_bytes
+        ):
+            self.arrays.append(obj)
+            # The pickler memoizes the array: the same array twice in an element
+            # is stored once and decodes to one shared array again.
+            return _leaf, (len(self.arrays) - 1,)
+        return NotImplemented
+
+
+class _Unpickler(pickle.Unpickler):
+    """Unpickles a skeleton, resolving placeholders to the decoded arrays."""
+
+    def __init__(self, file: io.BytesIO, arrays: list[np.ndarray]) -> None:
+        super().__init__(file)
+        self.arrays = arrays
+
+    def find_class(self, module: str, name: str) -> Any:
+        if name == "_leaf" and module == __name__:
+            return self.arrays.__getitem__
+        return super().find_class(module, name)
+
+
+def _size_class(nbytes: int) -> int:
+    return max(MIN_SEGMENT_BYTES, 1 << (nbytes - 1).bit_length())
+
+
+def _close_mapping(mapping: mmap.mmap) -> None:
+    # Arrays still viewing the mapping (zero-copy decodes) make close() refuse;
+    # dropping our reference then unmaps it when the last of them dies.
+    with contextlib.suppress(BufferError):
+        mapping.close()
+
+
+class _Segment:
+    __slots__ = ("generation", "mapping", "name", "size")
+
+    def __init__(self, name: str, size: int, mapping: mmap.mmap) -> None:
+        self.name = name
+        self.size = size
+        self.mapping = mapping
+        self.generation = 0
+
+
+class _PoolState:
+    """A pool's segments, apart from the pool so that its finalizer can hold them."""
+
+    __slots__ = ("closed", "free", "lent", "owner_pid", "pid")
+
+    def __init__(self, owner_pid: int) -> None:
+        self.pid = os.getpid()
+        self.owner_pid = owner_pid
+        self.free: dict[int, list[_Segment]] = {}
+        self.lent: dict[str, _Segment] = {}
+        self.closed = False
+
+
+def _close_pool(state: _PoolState) -> None:
+    if state.closed:
+        return
+    state.closed = True
+    free = [segment for segments in state.free.values() for segment in segments]
+    lent = list(state.lent.values())
+    state.free.clear()
+    state.lent.clear()
+    # A forked child inherits the pool's objects: only the creating process unlinks.
+    creator = os.getpid() == state.pid
+    owner_gone = state.owner_pid != state.pid and not process_alive(state.owner_pid)
+    for segment in free:
+        if creator:
+            unlink_segment(segment.name)
+        _close_mapping(segment.mapping)
+    for segment in lent:
+        # Lent segments belong to the parent until it releases them, unless it is dead.
+        if creator and owner_gone:
+            unlink_segment(segment.name)
+        _close_mapping(segment.mapping)
+
+
+class SegmentPool:
+    """The worker side: encodes elements into reusable shared memory segments.
+
+    One pool per worker process, used from one thread at a time.
+
+    Example::
+
+        pool = SegmentPool(owner_pid=parent_pid, returns=return_queue)
+        try:
+            for element in elements:
+                out_queue.put(pool.encode(element))
+        finally:
+            pool.close()
+
+    Args:
+        owner_pid: the pid of the process that decodes (the parent). It owns the
+            lent segments: `sweep_dead_segments` removes them once it is gone.
+        returns: where the parent sends back the names of released segments: an
+            object with ``get_nowait()`` (a multiprocessing or `queue` Queue) or a
+            `multiprocessing.connection.Connection`; each item a name or a list of
+            names. Polled whenever no free segment fits; None to call `reclaim`
+            yourself.
+        min_bytes: arrays with fewer bytes are pickled inline.
+    """
+
+    def __init__(self, *, owner_pid: int, returns: Any = None, min_bytes: int = MIN_BYTES):
+        if owner_pid <= 0:
+            raise ValueError(f"owner_pid must be a positive process id, got {owner_pid!r}.")
+        if returns is not None and not (
+            hasattr(returns, "get_nowait")
+            or (hasattr(returns, "poll") and hasattr(returns, "recv"))
+        ):
+            raise TypeError(
+                f"`returns` must be a Queue (with get_nowait) or a Connection (with poll "
+                f"and recv), got {type(returns).__qualname__}."
+            )
+        self._state = _PoolState(int(owner_pid))
+        self._returns = returns
+        self._min_bytes = int(min_bytes)
+        self._finalizer = weakref.finalize(self, _close_pool, self._state)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of every segment the pool holds, free or lent."""
+        state = self._state
+        free = [segment.name for segments in state.free.values() for segment in segments]
+        return (*free, *state.lent)
+
+    @property
+    def lent(self) -> int:
+        """How many segments are lent (not yet reclaimed)."""
+        return len(self._state.lent)
+
+    def encode(self, element: Any) -> Payload:
+        """Encodes `element`, lending a segment if it holds large arrays.
+
+        Example::
+
+            payload = pool.encode({"image": np.zeros((224, 224, 3), np.uint8), "id": 7})
+        """
+        state = self._state
+        if state.closed:
+            raise ValueError("This SegmentPool is closed; create a new one to encode.")
+        buffer = io.BytesIO()
+        pickler = _Pickler(buffer, self._min_bytes)
+        pickler.dump(element)
+        arrays = pickler.arrays
+        skeleton = buffer.getvalue()
+        if not arrays:
+            return Payload(None, 0, (), skeleton)
+        leaves = []
+        position = _DATA_AT
+        for array in arrays:
+            position = -(-position // _ALIGN) * _ALIGN
+            # Keep Fortran order (a transposed view, say): copying stays linear.
+            fortran = array.flags.f_contiguous and not array.flags.c_contiguous
+            leaves.append((position, array.shape, array.dtype.str, fortran))
+            position += array.nbytes
+        segment = self._acquire(position)
+        try:
+            mapping = segment.mapping
+            for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):
+                target = np.ndarray(
+                    shape, array.dtype, mapping, offset, order="F" if fortran else "C"
+                )
+                np.copyto(target, array)
+            del target
+            segment.generation += 1
+            _HEADER.pack_into(mapping, 0, _MAGIC, segment.generation)
+        except BaseException:
+            state.free.setdefault(segment.size, []).append(segment)
+            raise
+        state.lent[segment.name] = segment
+        return Payload(segment.name, segment.generation, tuple(leaves), skeleton)
+
+    def reclaim(self, name: str | Iterable[str]) -> None:
+        """Takes back a released segment (or several) for reuse.
+
+        Example::
+
+            pool.reclaim(name_from_parent)
+
+        Raises:
+            ValueError: the name is not lent by this pool (released twice?).
+        """
+        state = self._state
+        if state.closed:
+            return  # closing already settled every segment
+        for one in [name] if isinstance(name, str) else name:
+            segment = state.lent.pop(one, None)
+            if segment is None:
+                raise ValueError(
+                    f"Segment {one!r} is not lent by this SegmentPool: it was released "
+                    f"twice, or belongs to another worker. Release each payload's "
+                    f"segment once, to the pool that encoded it."
+                )
+            state.free.setdefault(segment.size, []).append(segment)
+
+    def _drain(self) -> None:
+        returns = self._returns
+        if returns is None:
+            return
+        if hasattr(returns, "get_nowait"):
+            while True:
+                try:
+                    item = returns.get_nowait()
+                except queue.Empty:
+                    return
+                self.reclaim(item)
+        else:
+            while returns.poll():
+                self.reclaim(returns.recv())
+
+    def _acquire(self, nbytes: int) -> _Segment:
+        size = _size_class(nbytes)
+        state = self._state
+        free = state.free.setdefault(size, [])
+        if not free:
+            self._drain()
+        if free:
+            return free.pop()
+        name, mapping = create_unique_segment(size, state.owner_pid)
+        return _Segment(name, size, mapping)
+
+    def close(self) -> None:
+        """Unlinks the free segments (after taking back returned ones); idempotent.
+
+        Lent segments stay for the parent to decode (it unlinks them), unless the
+        parent is dead, in which case they are unlinked too.
+        """
+        if self._state.closed:
+            return
+        # A parent that went away may leave the channel broken: close regardless.
+        with contextlib.suppress(EOFError, OSError, ValueError):
+            self._drain()
+        self._finalizer()
+
+    def __enter__(self) -> SegmentPool:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = self._state
+        free = sum(map(len, state.free.values()))
+        closed = ", closed" if state.closed else ""
+        lent = len(state.lent)
+        return f"SegmentPool(owner_pid={state.owner_pid}, free={free}, lent={lent}{closed})"
+
+
+class _ReaderState:
+    __slots__ = ("closed", "mappings", "pid", "seen")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.mappings: dict[str, mmap.mmap] = {}
+        self.seen: set[str] = set()
+        self.closed = False
+
+
+def _close_reader(state: _ReaderState) -> None:
+    if state.closed:
+        return
+    state.closed = True
+    for mapping in state.mappings.values():
+        _close_mapping(mapping)
+    state.mappings.clear()
+    # As in the pool: an inherited copy in a forked child unlinks nothing.
+    if os.getpid() == state.pid:
+        for name in state.seen:
+            unlink_segment(name)
+
+
+class SegmentReader:
+    """The parent side: decodes payloads from any number of `SegmentPool` workers.
+
+    Not thread-safe: decode from one thread at a time.
+
+    Example::
+
+        reader = SegmentReader(release=lambda name: returns.put(name))
+        element = reader.decode(payload)   # fresh arrays; the segment is released
+        view = reader.decode(payload2, copy=False)  # views; released when they die
+        reader.close(creator_pids=[worker.pid])
+
+    Args:
+        release: called with a segment's name once it is free again (in `decode`
+            for copies; for views, at the next `decode`, `take_released` or
+            `close` after they died). None keeps the names for `take_released`.
+    """
+
+    def __init__(self, release: Callable[[str], None] | None = None) -> None:
+        self._release = release
+        self._ready: list[str] = []
+        # Filled by finalizers of zero-copy leases, in whatever thread drops the
+        # last view: deque.append is atomic and takes no lock that the thread may
+        # already hold, unlike putting on a multiprocessing Queue there.
+        self._pending: collections.deque[str] = collections.deque()
+        self._state = _ReaderState()
+        self._finalizer = weakref.finalize(self, _close_reader, self._state)
+
+    @property
+    def seen(self) -> frozenset[str]:
+        """The names of every segment this reader has decoded from."""
+        return frozenset(self._state.seen)
+
+    def decode(self, payload: Payload, *, copy: bool = True) -> Any:
+        """The element `payload` encodes.
+
+        With ``copy=True`` (the default) the arrays are fresh numpy arrays and
+        the segment is released before this returns. With ``copy=False`` they are
+        writable views of the segment, which is released only once all of them
+        have been garbage collected: fast, but the worker needs more segments
+        while you hold on to them.
+
+        Raises:
+            RuntimeError: the segment was lent again before this payload was
+                decoded (a release-protocol bug).
+            FileNotFoundError: the segment is gone.
+        """
+        state = self._state
+        if state.closed:
+            raise ValueError("This SegmentReader is closed; create a new one to decode.")
+        self._deliver()
+        name = payload.segment
+        if name is None:
+            return _Unpickler(io.BytesIO(payload.skeleton), []).load()
+        mapping = self._mapping(name)
+        _check_generation(mapping, payload)
+        if copy:
+            arrays = [
+                np.ndarray(shape, dtype, mapping, offset, order="F" if fortran else "C").copy(
+                    order="K"
+                )
+                for offset, shape, dtype, fortran in payload.leaves
+            ]
+            # Had the worker rewritten the segment meanwhile, the copies would mix elements.
+            _check_generation(mapping, payload)
+            self._released(name)
+        else:
+            # Every view's base is this lease (numpy collapses view chains onto the
+            # first array whose base is not an array), so its finalizer runs exactly
+            # when the last view of this element dies.
+            lease = np.frombuffer(mapping, np.uint8)
+            arrays = [
+                np.ndarray(shape, dtype, lease, offset, order="F" if fortran else "C")
+                for offset, shape, dtype, fortran in payload.leaves
+            ]
+            # Not at exit: nobody would receive the name any more.
+            weakref.finalize(lease, self._pending.append, name).atexit = False
+            del lease
+        return _Unpickler(io.BytesIO(payload.skeleton), arrays).load()
+
+    def take_released(self) -> list[str]:
+        """The names released since the last call (only without a `release` callback).
+
+        Example::
+
+            element = reader.decode(payload)
+            credits.send(reader.take_released())  # [payload.segment]
+        """
+        self._deliver()
+        ready, self._ready = self._ready, []
+        return ready
+
+    def _released(self, name: str) -> None:
+        if self._release is None:
+            self._ready.append(name)
+        else:
+            self._release(name)
+
+    def _deliver(self) -> None:
+        pending = self._pending
+        while pending:
+            self._released(pending.popleft())
+
+    def _mapping(self, name: str) -> mmap.mmap:
+        state = self._state
+        mappings = state.mappings
+        mapping = mappings.pop(name, None)
+        if mapping is None:
+            try:
+                mapping = attach_segment(name)
+            except FileNotFoundError:
+                raise FileNotFoundError(
+                    f"Shared memory segment {name!r} is gone before its payload was "
+                    f"decoded: its worker's pool was closed while the parent was gone, "
+                    f"or a reader closed it. Decode payloads before closing the reader."
+                ) from None
+            state.seen.add(name)
+            if len(mappings) >= _MAX_MAPPINGS:
+                _close_mapping(mappings.pop(next(iter(mappings))))
+        mappings[name] = mapping  # most recently used last
+        return mapping
+
+    def close(self, *, creator_pids: Iterable[int] = ()) -> None:
+        """Drops all mappings and unlinks every segment seen; idempotent.
+
+        Call it once the workers have stopped. ``creator_pids`` (the workers'
+        pids) also removes the segments they created for this process but never
+        sent, e.g. after a worker was SIGKILLed. Views from ``copy=False`` decodes
+        stay valid.
+        """
+        self._finalizer()
+        for pid in creator_pids:
+            remove_segments(pid)
+
+    def __enter__(self) -> SegmentReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = self._state
+        closed = ", closed" if state.closed else ""
+        return f"SegmentReader(mapped={len(state.mappings)}, seen={len(state.seen)}{closed})"
+
+
+def _check_generation(mapping: mmap.mmap, payload: Payload) -> None:
+    magic, generation = _HEADER.unpack_from(mapping, 0)
+    if magic != _MAGIC or generation != payload.generation:
+        raise RuntimeError(
+            f"Shared memory segment {payload.segment!r} now holds generation "
+            f"{generation}, not the payload's {payload.generation}: it was lent again "
+            f"before this payload was decoded. Release a segment only after decoding "
+            f"its payload, and only once."
+        )
