@@ -19,9 +19,13 @@ new ones at those states; a worker whose pipeline had ended reports its end
 again at its first turn, so the restored round robin is the original one.
 
 Transport. Numpy arrays of an element travel through shared memory segments
-that each worker reuses (`grain_mp._transport`): the worker copies them in, the
-parent copies them out and hands the segment's name back with the next credit.
-Everything else is pickled. Segment names say which run owns them, so a start
+that each worker reuses (`grain_mp._transport`): the worker copies them in and
+the parent hands out views of them (zero copy); once the consumer drops an
+element, its segment's name goes back to the worker with the next credit. A
+worker lends at most `per_worker_buffer_size + _HELD_BY_CONSUMER` segments: if
+the consumer keeps more elements alive, later ones are pickled instead, so
+/dev/shm never fills up. Everything but large arrays is pickled. Segment names
+say which run owns them, so a start
 sweeps away what killed runs left (`grain_mp._sweep`).
 
 Processes. Workers are forked (fast: the first element does not wait for a
@@ -56,6 +60,9 @@ from grain_mp._transport import SegmentPool, SegmentReader
 
 _START_METHOD_ENV = "GRAIN_MP_START_METHOD"
 _POLL_S = 0.5
+# Segments a worker may have lent beyond its buffer: elements the consumer still
+# holds (zero-copy arrays); past that, elements are pickled instead.
+_HELD_BY_CONSUMER = 4
 _JOIN_S = 2.0
 
 # Messages from a worker: (kind, ...).
@@ -159,6 +166,7 @@ def _worker_main(
     credits: connection.Connection,
     parent_pid: int,
     inherited: list[connection.Connection],
+    buffer_size: int,
 ) -> None:
     """A worker: builds its share of the pipeline, then sends elements against credits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -167,7 +175,8 @@ def _worker_main(
     for conn in inherited:
         with contextlib.suppress(OSError):
             conn.close()
-    pool = SegmentPool(owner_pid=parent_pid)
+    # Room for the elements in flight plus a few the consumer still holds (zero copy).
+    pool = SegmentPool(owner_pid=parent_pid, max_lent=buffer_size + _HELD_BY_CONSUMER)
     try:
         if isinstance(dataset, bytes):
             dataset = pickle.loads(dataset)
@@ -334,6 +343,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                         credit_read,
                         os.getpid(),
                         inherited if dataset._method == "fork" else [],
+                        dataset._options.per_worker_buffer_size,
                     ),
                     name=f"grain-worker-{index}",
                     daemon=True,
@@ -365,33 +375,31 @@ class _MultiprocessIterator(DatasetIterator[Any]):
     # -- reading -----------------------------------------------------------------------
 
     def _receive(self, index: int) -> tuple[Any, ...]:
-        """The next message of worker `index`; raises if the worker died without one."""
+        """The next message of worker `index`; raises if the worker died without one.
+
+        A blocking read is enough: only the worker holds the write end of its
+        pipe (the parent closed its copy, later workers close what they
+        inherited), so the worker's death ends the pipe and the read with it.
+        What it sent before dying is still delivered first.
+        """
         worker = self._workers[index]  # type: ignore[index]
-        while True:
-            # What a worker sent before dying is still delivered; poll() is also true at
-            # end of file, which recv() then reports as EOFError.
-            if worker.out.poll() or worker.out in connection.wait(
-                [worker.out, worker.process.sentinel], timeout=_POLL_S
-            ):
-                try:
-                    return worker.out.recv()
-                except EOFError:
-                    pass
-            elif worker.process.is_alive():
-                continue
-            worker.process.join(_JOIN_S)
-            code = worker.process.exitcode
-            self._stop()
-            how = (
-                f"was killed by signal {-code} ({signal.Signals(-code).name})"
-                if code is not None and code < 0
-                else f"exited with code {code}"
-            )
-            raise RuntimeError(
-                f"grain worker {index} of {self._count} {how} without reporting an error "
-                "(killed from outside, or out of memory). The other workers are stopped; "
-                "restore the last checkpoint to continue."
-            )
+        try:
+            return worker.out.recv()
+        except EOFError:
+            pass
+        worker.process.join(_JOIN_S)
+        code = worker.process.exitcode
+        self._stop()
+        how = (
+            f"was killed by signal {-code} ({signal.Signals(-code).name})"
+            if code is not None and code < 0
+            else f"exited with code {code}"
+        )
+        raise RuntimeError(
+            f"grain worker {index} of {self._count} {how} without reporting an error "
+            "(killed from outside, or out of memory). The other workers are stopped; "
+            "restore the last checkpoint to continue."
+        )
 
     def __next__(self) -> Any:
         if self._workers is None:
@@ -408,7 +416,9 @@ class _MultiprocessIterator(DatasetIterator[Any]):
             if kind == _ELEMENT:
                 _, payload, state = message
                 reader = self._reader
-                element = reader.decode(payload)  # type: ignore[union-attr]
+                # Zero copy: the arrays are views of the segment, which goes back to the
+                # worker once they are garbage collected.
+                element = reader.decode(payload, copy=False)  # type: ignore[union-attr]
                 self._states[index] = state
                 self._next_worker = (index + 1) % self._count
                 self._released[index] += reader.take_released()  # type: ignore[union-attr]

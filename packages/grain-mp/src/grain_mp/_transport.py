@@ -244,9 +244,19 @@ class SegmentPool:
             names. Polled whenever no free segment fits; None to call `reclaim`
             yourself.
         min_bytes: arrays with fewer bytes are pickled inline.
+        max_lent: the most segments lent at once (None: no bound). Beyond it an
+            element is pickled whole instead: a consumer that keeps zero-copy
+            arrays alive slows transport down rather than filling /dev/shm.
     """
 
-    def __init__(self, *, owner_pid: int, returns: Any = None, min_bytes: int = MIN_BYTES):
+    def __init__(
+        self,
+        *,
+        owner_pid: int,
+        returns: Any = None,
+        min_bytes: int = MIN_BYTES,
+        max_lent: int | None = None,
+    ):
         if owner_pid <= 0:
             raise ValueError(f"owner_pid must be a positive process id, got {owner_pid!r}.")
         if returns is not None and not (
@@ -260,6 +270,7 @@ class SegmentPool:
         self._state = _PoolState(int(owner_pid))
         self._returns = returns
         self._min_bytes = int(min_bytes)
+        self._max_lent = max_lent
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
 
     @property
@@ -284,6 +295,11 @@ class SegmentPool:
         state = self._state
         if state.closed:
             raise ValueError("This SegmentPool is closed; create a new one to encode.")
+        if self._max_lent is not None and len(state.lent) >= self._max_lent:
+            self._drain()
+            if len(state.lent) >= self._max_lent:
+                # Every lent segment is still in use: send this element in the pickle.
+                return Payload(None, 0, (), pickle.dumps(element, pickle.HIGHEST_PROTOCOL))
         buffer = io.BytesIO()
         pickler = _Pickler(buffer, self._min_bytes)
         pickler.dump(element)
