@@ -41,6 +41,7 @@ EXPORTS = {
         "InterleaveIterDataset",
         "LimitIterDataset",
         "ParquetIterDataset",
+        "PerformanceConfig",
         "RebatchIterDataset",
         "RepeatIterDataset",
         "ShapeDtypeStruct",
@@ -56,6 +57,7 @@ EXPORTS = {
         "batch_and_pad",
         "get_element_spec",
         "index_shuffle",
+        "pick_performance_config",
     ],
     "grain.sources": [
         "ArrayRecordDataSource",
@@ -187,8 +189,10 @@ EXPORTS = {
     "grain_mp": [
         "MultiprocessPrefetchIterDataset",
         "MultiprocessingOptions",
+        "PerformanceConfig",
         "SharedMemoryArray",
         "SharedMemoryArrayMetadata",
+        "pick_performance_config",
     ],
     "grain.multiprocessing": [
         "MultiprocessingOptions",

@@ -5,9 +5,12 @@ Layout: the multiprocessing layer, above grain_dataset (which it extends with
 MultiprocessingOptions; `_prefetch` runs a pipeline in worker processes and
 merges their outputs round robin with an exact state; `_transport` moves
 elements' numpy arrays through reused shared memory; `_shm_array` is the public
-SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs.
+SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs;
+`_autotune` picks worker and buffer sizes from a measured sample.
 """
 
+from grain_mp._autotune import PerformanceConfig as PerformanceConfig
+from grain_mp._autotune import pick_performance_config as pick_performance_config
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
 from grain_mp._shm_array import SharedMemoryArray as SharedMemoryArray
@@ -16,6 +19,8 @@ from grain_mp._shm_array import SharedMemoryArrayMetadata as SharedMemoryArrayMe
 __all__ = [
     "MultiprocessPrefetchIterDataset",
     "MultiprocessingOptions",
+    "PerformanceConfig",
     "SharedMemoryArray",
     "SharedMemoryArrayMetadata",
+    "pick_performance_config",
 ]

@@ -30,6 +30,8 @@ from grain_dataset import (
 from grain_dataset import batch_and_pad as batch_and_pad
 from grain_dataset import get_element_spec as get_element_spec
 from grain_index import index_shuffle as index_shuffle
+from grain_mp import PerformanceConfig as PerformanceConfig
+from grain_mp import pick_performance_config as pick_performance_config
 
 __all__ = [
     "BOSHandling",
@@ -45,6 +47,7 @@ __all__ = [
     "InterleaveIterDataset",
     "LimitIterDataset",
     "ParquetIterDataset",
+    "PerformanceConfig",
     "RebatchIterDataset",
     "RepeatIterDataset",
     "ShapeDtypeStruct",
@@ -60,4 +63,5 @@ __all__ = [
     "batch_and_pad",
     "get_element_spec",
     "index_shuffle",
+    "pick_performance_config",
 ]
