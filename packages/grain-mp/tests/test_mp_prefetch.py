@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 from grain_dataset import MapDataset, assert_equal_output_after_checkpoint
 from grain_mp import MultiprocessingOptions
+from grain_mp._sweep import parse_segment_name, segment_names
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,6 +36,16 @@ def _not_multiple_of_3(x):
 
 def _pipeline(n=200):
     return MapDataset.range(n).seed(7).shuffle().map(_double).to_iter_dataset()
+
+
+def _our_segments(owner=None):
+    owner = os.getpid() if owner is None else owner
+    return [name for name in segment_names() if parse_segment_name(name)[0] == owner]
+
+
+def _image(i):
+    time.sleep(0.005)
+    return np.full((64, 64, 3), i % 256, np.uint8)  # 12 KB: travels in shared memory
 
 
 def _no_children_left():
@@ -169,13 +181,15 @@ def _drain(iterator):
 
 
 @pytest.mark.parametrize("how", ["close", "del", "break"])
-def test_stopping_early_leaves_no_worker(how):
-    ds = _pipeline(10_000).map(_slow).mp_prefetch(_options(2))
+def test_stopping_early_leaves_no_worker_and_no_segment(how):
+    ds = MapDataset.range(10_000).to_iter_dataset().map(_image).mp_prefetch(_options(2))
     it = iter(ds)
     for x in it:
         if x is not None:
             break
+    del x
     assert multiprocessing.active_children()
+    assert _our_segments()
     if how == "close":
         it.close()
     elif how == "del":
@@ -183,6 +197,19 @@ def test_stopping_early_leaves_no_worker(how):
     else:
         it = None
     assert _no_children_left()
+    assert _our_segments() == []
+
+
+def test_keyboard_interrupt_while_waiting_stops_cleanly():
+    ds = MapDataset.range(10_000).to_iter_dataset().map(_image).map(_slow)
+    it = iter(ds.mp_prefetch(_options(2)))
+    next(it)
+    threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        _drain(it)
+    it.close()
+    assert _no_children_left()
+    assert _our_segments() == []
 
 
 def test_spawn_names_an_unpicklable_stage_before_any_worker_starts(monkeypatch):
@@ -206,6 +233,7 @@ def test_interpreter_exit_mid_iteration_is_silent_and_leaves_no_worker(tmp_path)
     script = textwrap.dedent(
         """
         import time
+        import numpy as np
         from grain_dataset import MapDataset
         from grain_mp import MultiprocessingOptions
 
@@ -213,11 +241,14 @@ def test_interpreter_exit_mid_iteration_is_silent_and_leaves_no_worker(tmp_path)
             time.sleep(0.01)
             return x
 
-        ds = MapDataset.range(10_000).to_iter_dataset().map(slow)
+        def big(x):
+            return np.full(50_000, x % 256, np.uint8)
+
+        ds = MapDataset.range(10_000).to_iter_dataset().map(slow).map(big)
         it = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
         next(it)
-        import multiprocessing
-        print(" ".join(str(p.pid) for p in multiprocessing.active_children()))
+        import multiprocessing, os
+        print(os.getpid(), " ".join(str(p.pid) for p in multiprocessing.active_children()))
         """
     )
     done = subprocess.run(
@@ -225,12 +256,13 @@ def test_interpreter_exit_mid_iteration_is_silent_and_leaves_no_worker(tmp_path)
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    pids = [int(pid) for pid in done.stdout.split()]
+    parent, *pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 2
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
         time.sleep(0.05)
     assert not any(_alive(pid) for pid in pids)
+    assert _our_segments(owner=parent) == []
 
 
 def _alive(pid):

@@ -40,6 +40,7 @@ within a second of its death.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import multiprocessing
@@ -48,6 +49,7 @@ import pickle
 import signal
 import sys
 import traceback
+import weakref
 from multiprocessing import connection, resource_tracker
 from typing import Any
 
@@ -55,7 +57,7 @@ from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset._prefetch import set_worker_slice
 from grain_dataset._state import check_state
 from grain_mp._options import MultiprocessingOptions
-from grain_mp._sweep import sweep_dead_segments
+from grain_mp._sweep import parse_segment_name, sweep_dead_segments
 from grain_mp._transport import SegmentPool, SegmentReader
 
 _START_METHOD_ENV = "GRAIN_MP_START_METHOD"
@@ -64,6 +66,18 @@ _POLL_S = 0.5
 # holds (zero-copy arrays); past that, elements are pickled instead.
 _HELD_BY_CONSUMER = 4
 _JOIN_S = 2.0
+
+# Iterators with running workers. At exit they are stopped before multiprocessing
+# terminates its daemon children, so that every segment is unlinked by its owner.
+_RUNNING: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for iterator in list(_RUNNING):
+        with contextlib.suppress(Exception):
+            iterator._stop()
+
 
 # Messages from a worker: (kind, ...).
 _ELEMENT, _END, _ERROR = "element", "end", "error"
@@ -317,6 +331,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         self._reader = SegmentReader()
         self._owed = [0] * self._count
         self._released = [[] for _ in range(self._count)]
+        self._by_pid: dict[int, int] = {}
         ctx = multiprocessing.get_context(dataset._method)
         if dataset._method == "fork":
             # Started before forking, the tracker is shared with the workers (RECIPES §8).
@@ -355,6 +370,8 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                 workers.append(worker)
                 if not self._ended[index]:
                     worker.grant(dataset._options.per_worker_buffer_size, [])
+            self._by_pid = {worker.process.pid: i for i, worker in enumerate(workers)}
+            _RUNNING.add(self)
         except BaseException:
             for worker in workers:
                 worker.stop()
@@ -362,6 +379,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         return workers
 
     def _stop(self) -> None:
+        _RUNNING.discard(self)
         workers, self._workers = self._workers, None
         pids = []
         for worker in workers or ():
@@ -421,7 +439,12 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                 element = reader.decode(payload, copy=False)  # type: ignore[union-attr]
                 self._states[index] = state
                 self._next_worker = (index + 1) % self._count
-                self._released[index] += reader.take_released()  # type: ignore[union-attr]
+                # A segment freed now may be any worker's (the consumer drops elements in
+                # any order): each name goes back to the worker that made it.
+                for name in reader.take_released():  # type: ignore[union-attr]
+                    owner = self._by_pid.get(parse_segment_name(name)[1])  # type: ignore[index]
+                    if owner is not None:
+                        self._released[owner].append(name)
                 self._owed[index] += 1
                 if self._owed[index] >= self._grant_every:
                     self._workers[index].grant(self._owed[index], self._released[index])
