@@ -80,6 +80,7 @@ EXPORTS = {
     "grain.python": [
         "ArrayRecordDataSource",
         "Batch",
+        "DataLoader",
         "DatasetIterator",
         "FilterTransform",
         "FlatMapTransform",
@@ -91,6 +92,7 @@ EXPORTS = {
         "MapWithIndexTransform",
         "MultiprocessingOptions",
         "NoSharding",
+        "PyGrainDatasetIterator",
         "RandomAccessDataSource",
         "RandomMapTransform",
         "RangeDataSource",
@@ -187,9 +189,11 @@ EXPORTS = {
     ],
     # Layers not built yet export nothing rather than pretend.
     "grain_mp": [
+        "DataLoader",
         "MultiprocessPrefetchIterDataset",
         "MultiprocessingOptions",
         "PerformanceConfig",
+        "PyGrainDatasetIterator",
         "SharedMemoryArray",
         "SharedMemoryArrayMetadata",
         "pick_performance_config",

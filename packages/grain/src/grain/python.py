@@ -19,7 +19,9 @@ from grain_index import RecordMetadata as RecordMetadata
 from grain_index import Sampler as Sampler
 from grain_index import SequentialSampler as SequentialSampler
 from grain_index import ShardOptions as ShardOptions
+from grain_mp import DataLoader as DataLoader
 from grain_mp import MultiprocessingOptions as MultiprocessingOptions
+from grain_mp import PyGrainDatasetIterator as PyGrainDatasetIterator
 from grain_sources import ArrayRecordDataSource as ArrayRecordDataSource
 from grain_sources import InMemoryDataSource as InMemoryDataSource
 from grain_sources import RandomAccessDataSource as RandomAccessDataSource
@@ -29,6 +31,7 @@ from grain_sources import SharedMemoryDataSource as SharedMemoryDataSource
 __all__ = [
     "ArrayRecordDataSource",
     "Batch",
+    "DataLoader",
     "DatasetIterator",
     "FilterTransform",
     "FlatMapTransform",
@@ -40,6 +43,7 @@ __all__ = [
     "MapWithIndexTransform",
     "MultiprocessingOptions",
     "NoSharding",
+    "PyGrainDatasetIterator",
     "RandomAccessDataSource",
     "RandomMapTransform",
     "RangeDataSource",

@@ -1,0 +1,536 @@
+"""DataLoader: a sampler, a data source and operations, run in worker processes.
+
+Model. The DataLoader is built on the Dataset API (see `_operations` for the
+details):
+
+    position k = 0, 1, ...   of the loader (steps of the sampler; with the
+                             loader's own `shard_options`, every shard_count-th)
+    -> SamplerSourceMapDataset   data_source[sampler[k].record_key], read in
+                                 vectorized chunks (record_keys, __getitems__)
+    -> worker-side operations    MapDataset stages, one unit per position
+    -> to_iter_dataset(read_options, allow_nones=True)
+    -> mp_prefetch(worker_count, worker_buffer_size)   when worker_count > 0
+    -> parent-side operations    from the first batch after a filter, or flat map
+
+Every position yields exactly one unit (None where filtered), and mp_prefetch's
+round robin over the workers' slices ``w::n`` returns the units in position
+order; so the output is *identical for every worker_count*, 0 included, with
+filters and batches anywhere. The cost of that guarantee: a batch that follows a
+filter is formed in the parent (the workers send lists of the surviving
+elements of `batch_size` positions, one message per list), and so is everything
+after it; pipelines whose batches come before any filter batch in the workers.
+
+State. ``iterator.get_state()`` returns JSON as bytes (``set_state`` takes the
+bytes, a str or the decoded dict)::
+
+    {"version": 1, "next_step": 48, "skip": 0, "replay": 0, "worker_count": 2,
+     "sampler": "IndexSampler(num_records=..., seed=0)",
+     "data_source": "SharedMemoryDataSource(len=100, name='<segment>', bytes=...)",
+     "data_source_len": 100, "shard_options": null}
+
+`next_step` is where reading resumes (the loader steps before it are consumed),
+`skip` how many elements of that resumption point were already returned (only
+after a filter-then-batch or a flat map), `replay` how many outputs to recompute
+and drop (only with a flat map after that point; usually 0). The state does not
+depend on worker_count: a checkpoint saved with 8 workers restores with 0. The
+descriptions of the sampler, the data source and the loader's shard options are
+compared on restore, and a state from another one is refused with a ValueError
+(reprs with memory addresses or generated shared-memory names are normalized
+so that they compare equal across runs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from grain_dataset import ReadOptions
+from grain_dataset._base import INFINITE
+from grain_index import ShardOptions
+from grain_mp._operations import (
+    Plan,
+    SamplerSourceMapDataset,
+    Units,
+    build_tail,
+    build_units,
+    plan_operations,
+)
+from grain_mp._options import MultiprocessingOptions
+
+STATE_VERSION = 1
+_IDENTITY_KEYS = ("sampler", "data_source", "data_source_len", "shard_options")
+_STATE_KEYS = frozenset({"version", "next_step", "skip", "replay", "worker_count", *_IDENTITY_KEYS})
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_SEGMENT = re.compile(r"'psm_[0-9a-fA-F]+'")
+_MAX_DESCRIPTION = 1000
+_LARGEST_PROBE = 1 << 62
+
+
+def describe_for_checkpoint(obj: Any) -> str:
+    """A description of `obj` that is equal for equal objects across processes and runs.
+
+    Built-in containers are described by type and length (their repr is the
+    whole data); memory addresses and generated shared-memory segment names are
+    masked; a very long repr is cut and completed with its hash.
+
+    Example::
+
+        describe_for_checkpoint(list(range(10**6)))  # 'list(len=1000000)'
+    """
+    if isinstance(obj, list | tuple | dict | np.ndarray):
+        return f"{type(obj).__name__}(len={len(obj)})"
+    try:
+        text = repr(obj)
+    except Exception:  # a user's broken repr must not break checkpointing
+        text = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    text = _SEGMENT.sub("'<segment>'", _ADDRESS.sub(" at 0x...", text))
+    if len(text) > _MAX_DESCRIPTION:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        text = f"{text[:200]}... ({len(text)} characters, sha256 {digest})"
+    return text
+
+
+def _has_step(sampler: Any, step: int) -> bool:
+    try:
+        sampler[step]
+    except IndexError:
+        return False
+    return True
+
+
+def sampler_length(sampler: Any) -> int:
+    """The number of steps of `sampler`; `INFINITE` when it never ends.
+
+    Uses `num_steps` (IndexSampler) or `len()`; a sampler with neither is
+    probed: ``sampler[k]`` raising IndexError marks its end (O(log n) probes).
+    """
+    steps = getattr(sampler, "num_steps", False)
+    if steps is None:
+        return INFINITE
+    if steps is not False:
+        return int(steps)
+    if hasattr(sampler, "__len__"):
+        with contextlib.suppress(TypeError):
+            return len(sampler)
+    if not _has_step(sampler, 0):
+        return 0
+    known, high = 1, 2  # steps < known exist
+    while _has_step(sampler, high - 1):
+        known, high = high, high * 2
+        if high > _LARGEST_PROBE:
+            return INFINITE
+    low, high = known, high - 1  # the length is in [low, high]
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _has_step(sampler, middle - 1):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _check_int(value: Any, name: str, low: int, fix: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"`{name}` must be an integer >= {low}, got {value!r}. {fix}")
+    if value < low:
+        raise ValueError(f"`{name}` must be >= {low}, got {value}. {fix}")
+    return int(value)
+
+
+class DataLoader:
+    """Reads `data_source` in the order of `sampler`, applies `operations`, in workers.
+
+    Args:
+      data_source: random access to the records (``__len__`` and ``__getitem__``;
+        ``__getitems__`` is used when present), e.g. `grain.python.InMemoryDataSource`.
+      sampler: says which record to read at each step, e.g. `grain.python.IndexSampler`.
+      operations: a sequence of MapTransform, RandomMapTransform (its `rng` is the record's,
+        from the sampler's seed), FilterTransform, MapWithIndexTransform (its
+        index is the record's global `index`), FlatMapTransform and
+        `grain.python.Batch` objects, applied in order to the records' data.
+      worker_count: worker processes; 0 runs the pipeline in this process. The
+        output does not depend on it.
+      worker_buffer_size: how many messages each worker may hold ready ahead of
+        the consumer, >= 1: batches when the pipeline batches before any
+        filter, lists of one batch's worth of positions when a batch follows a
+        filter, else single elements.
+      shard_options: shards the *sampler's steps* between loaders: this loader
+        reads steps shard_index, shard_index + shard_count, ... . For samplers
+        that do not shard themselves; None (the default) reads every step.
+      read_options: threads and buffer of each process's reading
+        (``to_iter_dataset``); default ``ReadOptions()``.
+      enable_profiling: accepted for compatibility (MultiprocessingOptions).
+
+    Example::
+
+        loader = grain.DataLoader(
+            data_source=grain.InMemoryDataSource(range(10)),
+            sampler=grain.IndexSampler(10, grain.NoSharding(), shuffle=True, seed=0),
+            operations=[Double(), grain.Batch(batch_size=4)],
+            worker_count=2,
+        )
+        it = iter(loader)
+        first = next(it)
+        checkpoint = it.get_state()   # JSON bytes
+        it.set_state(checkpoint)      # continues after `first`, with any worker_count
+    """
+
+    def __init__(
+        self,
+        *,
+        data_source: Any,
+        sampler: Any,
+        operations: Any = (),
+        worker_count: int = 0,
+        worker_buffer_size: int = 1,
+        shard_options: ShardOptions | None = None,
+        read_options: ReadOptions | None = None,
+        enable_profiling: bool = False,
+    ):
+        if not (hasattr(data_source, "__len__") and hasattr(data_source, "__getitem__")):
+            raise TypeError(
+                "`data_source` must support random access (`__len__` and `__getitem__`), "
+                "like grain.python.InMemoryDataSource, ArrayRecordDataSource or a list; got "
+                f"{type(data_source).__name__}."
+            )
+        if not hasattr(sampler, "__getitem__"):
+            raise TypeError(
+                "`sampler` must give the RecordMetadata of step k as `sampler[k]`, like "
+                f"grain.python.IndexSampler(...); got {type(sampler).__name__}."
+            )
+        if operations is None:
+            operations = ()
+        if isinstance(operations, str | bytes) or not hasattr(operations, "__iter__"):
+            raise TypeError(
+                "`operations` must be a sequence of transforms (a list, even for one: "
+                f"operations=[transform]), got {type(operations).__name__}."
+            )
+        self._worker_count = _check_int(
+            worker_count, "worker_count", 0, "Use 0 to run everything in this process."
+        )
+        self._worker_buffer_size = _check_int(
+            worker_buffer_size,
+            "worker_buffer_size",
+            1,
+            "It is how many outputs each worker may hold ready.",
+        )
+        if shard_options is not None and not isinstance(shard_options, ShardOptions):
+            raise TypeError(
+                "`shard_options` must be a grain.python.ShardOptions (or NoSharding()) or "
+                f"None, got {shard_options!r}."
+            )
+        if read_options is not None and not isinstance(read_options, ReadOptions):
+            raise TypeError(
+                f"`read_options` must be a grain.python.ReadOptions or None, got {read_options!r}."
+            )
+        if not isinstance(enable_profiling, bool):
+            raise TypeError(f"`enable_profiling` must be a bool, got {enable_profiling!r}.")
+        self._data_source = data_source
+        self._sampler = sampler
+        self._operations = tuple(operations)
+        self._plan: Plan = plan_operations(self._operations)
+        self._shard_options = shard_options
+        self._read_options = read_options
+        self._mp_options = MultiprocessingOptions(
+            num_workers=self._worker_count,
+            per_worker_buffer_size=self._worker_buffer_size,
+            enable_profiling=enable_profiling,
+        )
+        num_records = len(data_source)
+        self._check_sampler(num_records)
+        shard_index, shard_count = 0, 1
+        if shard_options is not None:
+            shard_index, shard_count = shard_options.shard_index, shard_options.shard_count
+        total = sampler_length(sampler)
+        if total >= INFINITE:
+            self._length = INFINITE
+        elif shard_options is not None and shard_options.drop_remainder:
+            self._length = total // shard_count
+        else:
+            self._length = max(0, -(-(total - shard_index) // shard_count))
+        if self._plan.metadata == "full" and self._length and sampler[shard_index].rng is None:
+            raise ValueError(
+                "`operations` hold a RandomMapTransform, which draws from each record's "
+                f"`rng`, but {sampler!r} gives none: create the sampler with a seed, "
+                "e.g. IndexSampler(..., seed=0)."
+            )
+        source = SamplerSourceMapDataset(
+            sampler,
+            data_source,
+            length=self._length,
+            shard_index=shard_index,
+            shard_count=shard_count,
+            metadata=self._plan.metadata,
+        )
+        self._units = build_units(self._plan, source)
+        self._identity = {
+            "sampler": describe_for_checkpoint(sampler),
+            "data_source": describe_for_checkpoint(data_source),
+            "data_source_len": num_records,
+            "shard_options": None if shard_options is None else repr(shard_options),
+        }
+
+    def _check_sampler(self, num_records: int) -> None:
+        # IndexSampler's own settings (private attributes of our grain_index): checked
+        # here because a mismatch would otherwise fail in the middle of an epoch.
+        sampler_records = getattr(self._sampler, "_num_records", None)
+        if isinstance(sampler_records, int) and sampler_records > num_records:
+            raise ValueError(
+                f"{self._sampler!r} samples {sampler_records} records but `data_source` has "
+                f"only {num_records}: create the sampler with num_records=len(data_source)."
+            )
+        own = getattr(self._sampler, "_shard_options", None)
+        if (
+            self._shard_options is not None
+            and self._shard_options.shard_count > 1
+            and isinstance(own, ShardOptions)
+            and own.shard_count > 1
+        ):
+            raise ValueError(
+                f"both the sampler ({own!r}) and the DataLoader's `shard_options` "
+                f"({self._shard_options!r}) shard the data, which would read 1/"
+                f"{own.shard_count * self._shard_options.shard_count} of it per shard: "
+                "shard in the sampler and leave the DataLoader's shard_options None."
+            )
+
+    def __iter__(self) -> PyGrainDatasetIterator:
+        return PyGrainDatasetIterator(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"DataLoader(sampler={self._identity['sampler']}, "
+            f"data_source={self._identity['data_source']}, "
+            f"operations={list(self._operations)!r}, worker_count={self._worker_count})"
+        )
+
+    # -- positions and states ----------------------------------------------------------
+
+    def _unit_to_step(self, unit: int) -> int:
+        step = unit * self._plan.steps_per_unit
+        return step if self._length >= INFINITE else min(step, self._length)
+
+    def _start(self, unit: int, skip: int, replay: int) -> _Run:
+        """Starts reading at `unit` (skipping `skip` items of it, then `replay` outputs)."""
+        ds = self._units if unit == 0 else self._units[unit:]
+        iter_ds = ds.to_iter_dataset(self._read_options, allow_nones=True)
+        if self._worker_count:
+            iter_ds = iter_ds.mp_prefetch(self._mp_options)
+        upstream = iter(iter_ds)
+        try:
+            units = Units(upstream, self._plan.list_units, unit, skip)
+            tail, counters = build_tail(self._plan, units)
+            run = _Run(upstream, units, tail, counters, self._plan.tail_metadata)
+            for _ in range(replay):
+                try:
+                    run.next()
+                except StopIteration:
+                    raise ValueError(
+                        f"the state says to replay {replay} outputs, but the data ends "
+                        "before: it was saved by a DataLoader with other operations or data."
+                    ) from None
+        except BaseException:
+            upstream.close()
+            raise
+        return run
+
+    def _encode_state(self, position: tuple[int, int, int]) -> bytes:
+        unit, skip, replay = position
+        state = {
+            "version": STATE_VERSION,
+            "next_step": self._unit_to_step(unit),
+            "skip": skip,
+            "replay": replay,
+            "worker_count": self._worker_count,
+            **self._identity,
+        }
+        return json.dumps(state, indent=4).encode()
+
+    def _decode_state(self, state: Any) -> tuple[int, int, int]:
+        """The (unit, skip, replay) of a state from `get_state`, after checking it is ours."""
+        if isinstance(state, bytes | bytearray | str):
+            try:
+                state = json.loads(state)
+            except ValueError as error:
+                raise ValueError(
+                    f"this is not a DataLoader state (invalid JSON: {error}); pass what "
+                    "`get_state()` returned."
+                ) from None
+        if not isinstance(state, dict):
+            raise TypeError(
+                "a DataLoader state must be the bytes `get_state()` returned (or its JSON "
+                f"decoded to a dict), got {type(state).__name__}."
+            )
+        if set(state) != _STATE_KEYS:
+            raise ValueError(
+                f"this is not a DataLoader state: expected the keys {sorted(_STATE_KEYS)}, "
+                f"got {sorted(state)}. Pass what `get_state()` returned, unmodified."
+            )
+        if state["version"] != STATE_VERSION:
+            raise ValueError(
+                f"DataLoader state version {state['version']!r} is not supported; this "
+                f"version reads version {STATE_VERSION}."
+            )
+        for key in _IDENTITY_KEYS:
+            if state[key] != self._identity[key]:
+                raise ValueError(
+                    f"this state was saved by a DataLoader whose {key} is {state[key]!r}, but "
+                    f"this DataLoader's {key} is {self._identity[key]!r}. A checkpoint only "
+                    "restores with the sampler, data source and shard options it was saved "
+                    "with (compared by their string representations)."
+                )
+        for key in ("next_step", "skip", "replay", "worker_count"):
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"state[{key!r}] must be an integer >= 0, got {value!r}.")
+        step, skip, replay = state["next_step"], state["skip"], state["replay"]
+        units = len(self._units)
+        if self._length < INFINITE and step > self._length:
+            raise ValueError(
+                f"state['next_step']={step} is past the end of this DataLoader "
+                f"({self._length} steps): the state belongs to another DataLoader."
+            )
+        unit = min(-(-step // self._plan.steps_per_unit), units)
+        if self._unit_to_step(unit) != step or (skip and not self._plan.list_units):
+            raise ValueError(
+                f"state (next_step={step}, skip={skip}) does not fit this DataLoader's "
+                "operations: it was saved by a DataLoader with other batches or filters."
+            )
+        if replay and not self._plan.flat_maps_in_tail:
+            raise ValueError(
+                f"state['replay']={replay} does not fit this DataLoader's operations (it "
+                "has no flat map that could need it): the state is from another DataLoader."
+            )
+        return unit, skip, replay
+
+
+class _Run:
+    """One read of the loader from some position: the upstream iterator and the tail."""
+
+    def __init__(
+        self,
+        upstream: Any,
+        units: Units,
+        tail: Iterator[Any],
+        counters: list[list[int]],
+        records: bool,
+    ):
+        self._upstream = upstream
+        self._units = units
+        self._tail = tail
+        self._counters = counters
+        self._records = records
+        # With flat maps in the tail: the last point where none held pending outputs,
+        # and how many outputs were returned since (the replay count of a state).
+        self._clean = units.cursor()
+        self._replay = 0
+
+    def next(self) -> Any:
+        output = next(self._tail)
+        if self._counters:
+            if any(counter[0] for counter in self._counters):
+                self._replay += 1
+            else:
+                self._clean, self._replay = self._units.cursor(), 0
+        return output.data if self._records else output
+
+    def position(self) -> tuple[int, int, int]:
+        if self._counters:
+            return (*self._clean, self._replay)
+        return (*self._units.cursor(), 0)
+
+    def close(self) -> None:
+        self._upstream.close()
+
+
+class PyGrainDatasetIterator(Iterator[Any]):
+    """The iterator of a DataLoader; its position checkpoints as small JSON.
+
+    ``get_state()`` returns JSON bytes (see the module docstring for the
+    format), and ``set_state(state)`` moves the iterator there: it then returns
+    exactly what followed, whatever the worker_count of either loader. Worker
+    processes start at the first `next` and stop at the end, on `close()`, or
+    when the iterator is garbage collected.
+
+    After an exception from the pipeline the iterator stays at the failing
+    element: the next call reads it again.
+
+    Example::
+
+        it = iter(loader)
+        next(it)
+        state = it.get_state()
+        later = [next(it) for _ in range(3)]
+        it.set_state(state)
+        assert [next(it) for _ in range(3)] == later
+    """
+
+    def __init__(self, loader: DataLoader):
+        self._loader = loader
+        self._resume: tuple[int, int, int] = (0, 0, 0)
+        self._run: _Run | None = None
+
+    def __iter__(self) -> PyGrainDatasetIterator:
+        return self
+
+    def __next__(self) -> Any:
+        run = self._run
+        if run is None:
+            run = self._run = self._loader._start(*self._resume)
+        before = run.position()
+        try:
+            return run.next()
+        except StopIteration:
+            raise
+        except BaseException:
+            # Stay before the failing element: the next call rebuilds the reading there.
+            self._close_run(before)
+            raise
+
+    def get_state(self) -> bytes:
+        """The position as JSON bytes; pass them to `set_state` of any iterator of this loader."""
+        position = self._resume if self._run is None else self._run.position()
+        return self._loader._encode_state(position)
+
+    def set_state(self, state: bytes | str | dict[str, Any]) -> None:
+        """Moves to the position `state` (from `get_state`) describes; checks it fits."""
+        position = self._loader._decode_state(state)
+        self._close_run()
+        self._resume = position
+
+    def _close_run(self, position: tuple[int, int, int] | None = None) -> None:
+        """Stops the current run; reading resumes at `position` (default: where it stopped)."""
+        run, self._run = self._run, None
+        if run is not None:
+            self._resume = run.position() if position is None else position
+            run.close()
+
+    def close(self) -> None:
+        """Stops the worker processes and reading threads; iterating again restarts them."""
+        self._close_run()
+
+    def __enter__(self) -> PyGrainDatasetIterator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # At interpreter exit module globals may already be gone: stay silent.
+        with contextlib.suppress(Exception):
+            if sys.is_finalizing():
+                return
+            self._close_run()
+
+    def __repr__(self) -> str:
+        position = self._resume if self._run is None else self._run.position()
+        return (
+            f"PyGrainDatasetIterator(next_step={self._loader._unit_to_step(position[0])}, "
+            f"worker_count={self._loader._worker_count})"
+        )
