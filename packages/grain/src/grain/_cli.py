@@ -83,7 +83,9 @@ def _augment(record: dict[str, np.ndarray], rng: np.random.Generator) -> dict[st
     return {**record, "noise": rng.standard_normal(4).astype(np.float32)}
 
 
-def _pipeline(sources: tuple[str, str], n: int, seed: int, threads: int) -> grain.IterDataset:
+def _pipeline(
+    sources: tuple[str, str], n: int, seed: int, threads: int, workers: int = 0
+) -> grain.IterDataset:
     """Two shuffled file sources mixed 0.7/0.3, a random augmentation, batches of 32."""
     books_files, web_files = sources
     books = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(books_files))
@@ -91,12 +93,16 @@ def _pipeline(sources: tuple[str, str], n: int, seed: int, threads: int) -> grai
     books = books.seed(seed).shuffle().map(_decode)
     web = web.seed(seed + 1).shuffle().map(_decode)
     mixed = grain.MapDataset.mix([books.repeat(), web.repeat()], weights=[0.7, 0.3])
-    return (
+    ds = (
         mixed.seed(seed)
         .random_map(_augment)
         .batch(32, drop_remainder=True)[: n // 32]
         .to_iter_dataset(grain.ReadOptions(num_threads=threads, prefetch_buffer_size=64))
     )
+    if workers:
+        options = grain.MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=8)
+        ds = ds.mp_prefetch(options)
+    return ds
 
 
 def _same_batches(a: list, b: list) -> bool:
@@ -108,22 +114,22 @@ def _same_batches(a: list, b: list) -> bool:
 
 def _dataset_demo(sources: tuple[str, str], n: int, seed: int) -> bool:
     ok = True
-    for threads in (0, 4):
-        ds = _pipeline(sources, n, seed, threads)
+    for threads, workers in ((0, 0), (4, 0), (0, 2)):
+        ds = _pipeline(sources, n, seed, threads, workers)
         count = 0
         start = time.perf_counter()
         with iter(ds) as iterator:
             for batch in iterator:
                 count += len(batch["label"])
-                _progress(count // 32, n // 32, f"threads={threads}")
+                _progress(count // 32, n // 32, f"threads={threads} workers={workers}")
         elapsed = time.perf_counter() - start
         print(
-            f"mix 0.7/0.3 -> random_map -> batch 32, {threads:2d} threads: "
-            f"{count:,} records  {_rate(count, elapsed)}"
+            f"mix 0.7/0.3 -> random_map -> batch 32, {threads:2d} threads, {workers} worker "
+            f"processes: {count:,} records  {_rate(count, elapsed)}"
         )
 
-    # Checkpoint mid-epoch, as JSON, and restore it into a fresh iterator.
-    ds = _pipeline(sources, n, seed, 4)
+    # Checkpoint mid-epoch with 2 worker processes, as JSON, and restore it.
+    ds = _pipeline(sources, n, seed, 0, workers=2)
     iterator = iter(ds)
     consumed = n // 32 // 3
     for _ in range(consumed):
@@ -136,12 +142,15 @@ def _dataset_demo(sources: tuple[str, str], n: int, seed: int) -> bool:
         continuation = [next(restored) for _ in range(20)]
     same = _same_batches(expected, continuation)
     print(f"checkpoint after {consumed} batches: {checkpoint}")
-    print(f"  restored into a fresh iterator, next 20 batches identical: {same}")
+    print(f"  restored into fresh worker processes, next 20 batches identical: {same}")
     ok &= same
 
     labels = np.concatenate([b["label"] for b in _pipeline(sources, n, seed, 0)])
-    print(f"  one epoch holds {len(labels):,} records; rebuilt pipeline identical: ", end="")
-    again = np.concatenate([b["label"] for b in _pipeline(sources, n, seed, 4)])
+    print(
+        f"  one epoch holds {len(labels):,} records; the same with threads and 2 workers: ",
+        end="",
+    )
+    again = np.concatenate([b["label"] for b in _pipeline(sources, n, seed, 4, workers=2)])
     same = bool(np.array_equal(labels, again))
     print(same)
     return ok and same
@@ -150,7 +159,7 @@ def _dataset_demo(sources: tuple[str, str], n: int, seed: int) -> bool:
 def _demo(args: argparse.Namespace) -> int:
     n, seed, shards = args.num_records, args.seed, 2
     print(f"grain demo: {n:,} built-in records, seed {seed}")
-    print("(worker processes and devices arrive with the next layers)\n")
+    print("(devices arrive with the next layer)\n")
     with tempfile.TemporaryDirectory(prefix="grain-demo-") as directory:
         sources = _write_sources(directory, n)
         ok = _dataset_demo(sources, n, seed)
