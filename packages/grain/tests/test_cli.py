@@ -8,11 +8,14 @@ import pytest
 from grain._cli import main
 
 
+@pytest.mark.timeout(120)  # it starts worker processes
 def test_demo_runs_and_passes_its_checks(capsys):
     assert main(["demo", "--num-records", "5000"]) == 0
     out = capsys.readouterr().out
     assert "next 20 batches identical: True" in out
-    assert "rebuilt pipeline identical: True" in out
+    assert "the same with threads and 2 workers: True" in out
+    assert "2 worker processes" in out
+    assert "ArrayRecord shards" in out
     assert "all checks passed" in out
     assert "M/s" in out
     assert "k/s" in out or out.count("M/s") >= 3
