@@ -21,12 +21,13 @@ again at its first turn, so the restored round robin is the original one.
 Transport. Numpy arrays of an element travel through shared memory segments
 that each worker reuses (`grain_mp._transport`): the worker copies them in and
 the parent hands out views of them (zero copy); once the consumer drops an
-element, its segment's name goes back to the worker with the next credit. A
-worker lends at most `per_worker_buffer_size + _HELD_BY_CONSUMER` segments: if
-the consumer keeps more elements alive, later ones are pickled instead, so
-/dev/shm never fills up. Everything but large arrays is pickled. Segment names
-say which run owns them, so a start
-sweeps away what killed runs left (`grain_mp._sweep`).
+element, its segment's name goes back to the worker with the next credit. While
+the consumer holds `_HELD_BY_CONSUMER` elements of a worker alive, the parent
+copies further elements out instead (releasing their segments at once), so a
+consumer that keeps everything (``list(ds)``) costs a copy, never an unbounded
+number of segments; a worker also pickles elements past a hard bound of lent
+segments. Everything but large arrays is pickled. Segment names say which run
+owns them, so a start sweeps away what killed runs left (`grain_mp._sweep`).
 
 Processes. Workers are forked (fast: the first element does not wait for a
 fresh interpreter to import everything) unless ``GRAIN_MP_START_METHOD`` says
@@ -190,7 +191,8 @@ def _worker_main(
         with contextlib.suppress(OSError):
             conn.close()
     # Room for the elements in flight plus a few the consumer still holds (zero copy).
-    pool = SegmentPool(owner_pid=parent_pid, max_lent=buffer_size + _HELD_BY_CONSUMER)
+    # The parent copies out past _HELD_BY_CONSUMER held elements; this bound is a safety net.
+    pool = SegmentPool(owner_pid=parent_pid, max_lent=buffer_size + 2 * _HELD_BY_CONSUMER)
     try:
         if isinstance(dataset, bytes):
             dataset = pickle.loads(dataset)
@@ -331,6 +333,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         self._reader = SegmentReader()
         self._owed = [0] * self._count
         self._released = [[] for _ in range(self._count)]
+        self._held: list[set[str]] = [set() for _ in range(self._count)]
         self._by_pid: dict[int, int] = {}
         ctx = multiprocessing.get_context(dataset._method)
         if dataset._method == "fork":
@@ -434,9 +437,13 @@ class _MultiprocessIterator(DatasetIterator[Any]):
             if kind == _ELEMENT:
                 _, payload, state = message
                 reader = self._reader
+                held = self._held[index]
                 # Zero copy: the arrays are views of the segment, which goes back to the
-                # worker once they are garbage collected.
-                element = reader.decode(payload, copy=False)  # type: ignore[union-attr]
+                # worker once they are garbage collected; past the bound, a copy.
+                zero_copy = payload.segment is not None and len(held) < _HELD_BY_CONSUMER
+                element = reader.decode(payload, copy=not zero_copy)  # type: ignore[union-attr]
+                if zero_copy:
+                    held.add(payload.segment)
                 self._states[index] = state
                 self._next_worker = (index + 1) % self._count
                 # A segment freed now may be any worker's (the consumer drops elements in
@@ -445,6 +452,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                     owner = self._by_pid.get(parse_segment_name(name)[1])  # type: ignore[index]
                     if owner is not None:
                         self._released[owner].append(name)
+                        self._held[owner].discard(name)
                 self._owed[index] += 1
                 if self._owed[index] >= self._grant_every:
                     self._workers[index].grant(self._owed[index], self._released[index])
