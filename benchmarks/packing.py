@@ -46,9 +46,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import platform
@@ -56,9 +53,10 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
+from _bench_common import grain_version, implementation, json_stdout, parse_case_sizes
 
 import grain
 
@@ -94,13 +92,6 @@ CASES = {
         Case("concat_then_split_2f", "ConcatThenSplitIterDataset", TWO),
     )
 }
-def implementation() -> str:
-    """Which `grain` this is: ours has the `grain_dataset` layer, upstream has `grain._src`."""
-    if importlib.util.find_spec("grain_dataset") is not None:
-        return "ours"
-    if importlib.util.find_spec("grain._src") is not None:
-        return "upstream"
-    return "unknown"
 
 
 def experimental(name: str) -> Any:
@@ -298,31 +289,6 @@ def measure(case: Case, n: int, repeats: int) -> dict[str, Any]:
     return line
 
 
-def _parse_case_sizes(text: str) -> dict[str, int]:
-    sizes = {}
-    for item in filter(None, text.split(",")):
-        name, _, size = item.partition("=")
-        if name not in CASES or not size.isdigit():
-            raise SystemExit(f"--case-size: expected CASE=N with CASE in {list(CASES)}: {item!r}")
-        sizes[name] = int(size)
-    return sizes
-
-
-def _json_stdout() -> TextIO:
-    """Keep the real stdout for JSON lines and point fd 1 (and so print) at stderr."""
-    sys.stdout.flush()
-    out = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)
-    return out
-
-
-def _grain_version() -> str:
-    try:
-        return importlib.metadata.version("grain")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -336,11 +302,11 @@ def main() -> None:
         parser.error(f"--cases: unknown {unknown}; choose from {list(CASES)}")
     if args.repeats < 1 or args.size < 1:
         parser.error("--repeats and --size must be positive")
-    sizes = _parse_case_sizes(args.case_size)
-    out = _json_stdout()
+    sizes = parse_case_sizes(args.case_size, CASES)
+    out = json_stdout()
     machine = {
         "implementation": implementation(),
-        "grain_version": _grain_version(),
+        "grain_version": grain_version(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import os
 import statistics
@@ -36,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from _bench_common import implementation, parse_case_sizes
 from array_record.python.array_record_module import ArrayRecordWriter
 
 import grain
@@ -43,15 +43,6 @@ import grain
 RECORD_BYTES = 1024
 SHARDS = 4
 CASES = ("getitem_shuffled", "pipeline_t0", "pipeline_tdefault")
-
-
-def implementation() -> str:
-    """Which `grain` this is: ours has the `grain_dataset` layer, upstream has `grain._src`."""
-    if importlib.util.find_spec("grain_dataset") is not None:
-        return "ours"
-    if importlib.util.find_spec("grain._src") is not None:
-        return "upstream"
-    return "unknown"
 
 
 def write_files(directory: str, n: int) -> list[str]:
@@ -90,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--case-size", default="", help="CASE=N[,CASE=N]")
     args = parser.parse_args(argv)
-    sizes = dict(item.split("=") for item in args.case_size.split(",") if item)
+    sizes = parse_case_sizes(args.case_size, CASES)
     with tempfile.TemporaryDirectory() as directory:
         written: dict[int, list[str]] = {}
         for name in args.cases.split(","):
