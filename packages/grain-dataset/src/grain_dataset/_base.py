@@ -139,6 +139,19 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         return func(self, *args, **kwargs)
 
 
+def dataset_list(value: Any, name: str, stage: str) -> list[Any]:
+    """`value` as a list after checking it is a non-empty list or tuple (not a dataset)."""
+    if isinstance(value, _Dataset) or not isinstance(value, Sequence):
+        raise TypeError(
+            f"`{name}` of {stage} must be a list of datasets, like {stage}([ds1, ds2]); "
+            f"got {type(value).__name__}."
+        )
+    values = list(value)
+    if not values:
+        raise ValueError(f"`{name}` of {stage} is empty: it must hold at least one dataset.")
+    return values
+
+
 def as_iter_dataset(dataset: Any, name: str, stage: str | None = None) -> IterDataset[Any]:
     """`dataset` as an IterDataset: a MapDataset is read with `to_iter_dataset()`."""
     if isinstance(dataset, MapDataset):

@@ -13,17 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import INFINITE, MapDataset, register
+from grain_dataset._base import INFINITE, MapDataset, dataset_list, register
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import MixingSchedule, _validate
 
 
 def _check_datasets(datasets: Any, what: str) -> list[MapDataset[Any]]:
-    if isinstance(datasets, MapDataset) or not isinstance(datasets, Sequence):
-        raise TypeError(f"`datasets` of {what} must be a list of MapDatasets, got {datasets!r}.")
-    values = list(datasets)
-    if not values:
-        raise ValueError(f"`datasets` of {what} must not be empty.")
+    values = dataset_list(datasets, "datasets", what)
     for i, dataset in enumerate(values):
         if not isinstance(dataset, MapDataset):
             raise TypeError(

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset, register
+from grain_dataset._base import (
+    DatasetIterator,
+    IterDataset,
+    as_iter_dataset,
+    dataset_list,
+    register,
+)
 from grain_dataset._combine import mix_weights
 from grain_dataset._state import check_parents_state, check_state
 from grain_index import MixingSchedule
@@ -23,11 +29,7 @@ class MixedIterDataset(IterDataset[Any]):
     """The components interleaved in proportion to their weights."""
 
     def __init__(self, datasets: Sequence[IterDataset[Any]], weights: Sequence[float] | None):
-        if isinstance(datasets, IterDataset | MapDataset) or not isinstance(datasets, Sequence):
-            raise TypeError(f"`datasets` of mix must be a list of IterDatasets, got {datasets!r}.")
-        datasets = list(datasets)
-        if not datasets:
-            raise ValueError("`datasets` of mix must not be empty.")
+        datasets = dataset_list(datasets, "datasets", "mix")
         datasets = [as_iter_dataset(ds, f"datasets[{i}]", "mix") for i, ds in enumerate(datasets)]
         super().__init__(datasets)
         self._weights = mix_weights(weights, len(datasets))

@@ -20,22 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
+from grain_dataset._base import (
+    DatasetIterator,
+    IterDataset,
+    MapDataset,
+    as_iter_dataset,
+    dataset_list,
+)
 from grain_dataset._stage import MapStage
 from grain_dataset._state import check_parents_state, check_state
-
-
-def _parent_list(parents: Any, stage: str) -> list[Any]:
-    """Checks that `parents` is a non-empty list or tuple of datasets and returns it."""
-    if isinstance(parents, MapDataset | IterDataset) or not isinstance(parents, Sequence):
-        raise TypeError(
-            f"`parents` of {stage} must be a list of datasets, like {stage}([ds1, ds2]); "
-            f"got {type(parents).__name__}."
-        )
-    parents = list(parents)
-    if not parents:
-        raise ValueError(f"`parents` of {stage} must hold at least one dataset.")
-    return parents
 
 
 class ZipMapDataset(MapStage):
@@ -48,7 +41,7 @@ class ZipMapDataset(MapStage):
     """
 
     def __init__(self, parents: Sequence[MapDataset[Any]]):
-        parents = _parent_list(parents, "ZipMapDataset")
+        parents = dataset_list(parents, "parents", "ZipMapDataset")
         for i, parent in enumerate(parents):
             if not isinstance(parent, MapDataset):
                 raise TypeError(
@@ -95,7 +88,7 @@ class ZipIterDataset(IterDataset[Any]):
     """
 
     def __init__(self, parents: Sequence[IterDataset[Any]]):
-        parents = _parent_list(parents, "ZipIterDataset")
+        parents = dataset_list(parents, "parents", "ZipIterDataset")
         super().__init__(
             [as_iter_dataset(parent, f"parents[{i}]") for i, parent in enumerate(parents)]
         )
