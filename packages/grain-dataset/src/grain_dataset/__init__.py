@@ -8,7 +8,7 @@ this package attaches them all:
 
   _source, _map, _shuffle, _slice, _batch, _combine, _seeding   MapDataset stages
   _window_shuffle, _zip, _flat_map, _cache                      more stages (both kinds)
-  _prefetch                                                     to_iter_dataset's threads
+  _prefetch, _daemon_pool                                       to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit_repeat, _rebatch, _file_iter, _interleave              more IterDataset stages
   _packing, _concat_split                                       packing for sequence models

@@ -58,13 +58,12 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, _adopt
+from grain_dataset._daemon_pool import DaemonPool
 from grain_dataset._state import check_state
 from grain_dataset._thread_prefetch import ThreadPrefetchDatasetIterator
 from grain_index import _validate
@@ -271,46 +270,6 @@ def _discard(future: Future | None) -> None:
         future.add_done_callback(_close_opened)
 
 
-def _open_worker(tasks: queue.SimpleQueue) -> None:
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        future, fn = task
-        del task
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn())
-            except BaseException as error:  # even KeyboardInterrupt must reach the consumer
-                future.set_exception(error)
-        del future, fn
-
-
-class _OpenPool:
-    """Daemon threads that open datasets; one is started per task up to `size`."""
-
-    def __init__(self, size: int):
-        self._size = size
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-
-    def submit(self, fn: Callable[[], DatasetIterator[Any]]) -> Future:
-        if len(self._threads) < self._size:
-            thread = threading.Thread(
-                target=_open_worker, args=(self._tasks,), name=OPEN_THREAD_NAME, daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        future: Future = Future()
-        self._tasks.put((future, fn))
-        return future
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._tasks.put(None)
-        self._threads = []
-
-
 # -- the iterator --------------------------------------------------------------------------
 
 
@@ -358,7 +317,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._count = dataset._count
         self._threads = dataset._num_threads
         self._ahead_size = dataset._ahead if self._threads else 0
-        self._pool: _OpenPool | None = None
+        self._pool: DaemonPool | None = None
         self._slots: list[_Slot | None] = [None] * self._cycle
         # Datasets next_dataset, next_dataset + 1, ... being opened before a slot needs them.
         self._ahead: collections.deque[Future] = collections.deque()
@@ -380,7 +339,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
         if not self._threads:
             return None
         if self._pool is None:
-            self._pool = _OpenPool(self._threads)
+            self._pool = DaemonPool(self._threads, OPEN_THREAD_NAME)
         return self._pool.submit(self._opener(index, state))
 
     def _fill_ahead(self) -> None:

@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import queue
-import threading
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -39,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._daemon_pool import DaemonPool
 from grain_dataset._filter_check import FilterRatioCheck, options_of
 from grain_dataset._options import ReadOptions
 from grain_dataset._state import check_state
@@ -126,46 +125,6 @@ def _read_chunk(
     return values, error, time.thread_time() - cpu, time.perf_counter() - wall
 
 
-def _work(tasks: queue.SimpleQueue) -> None:
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        future, start, stop, dataset = task
-        del task
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(_read_chunk(dataset, start, stop))
-            except BaseException as error:  # even KeyboardInterrupt must reach the consumer
-                future.set_exception(error)
-        del future, dataset
-
-
-class _Pool:
-    """Daemon threads running chunk reads from one queue; started as work arrives."""
-
-    def __init__(self, max_threads: int):
-        self._max_threads = max_threads
-        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-
-    def submit(self, dataset: MapDataset[Any], start: int, stop: int, busy: int) -> Future:
-        if len(self._threads) < min(self._max_threads, busy):
-            thread = threading.Thread(
-                target=_work, args=(self._tasks,), name="grain-read", daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
-        future: Future = Future()
-        self._tasks.put((future, start, stop, dataset))
-        return future
-
-    def shutdown(self) -> None:
-        for _ in self._threads:
-            self._tasks.put(None)
-        self._threads = []
-
-
 class _WidthTuner:
     """Chooses how many chunks are read at once: more only while it pays.
 
@@ -227,7 +186,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._threads = options.num_threads if options.prefetch_buffer_size else 0
         self._buffer_size = options.prefetch_buffer_size
         self._tuner = _WidthTuner(self._threads) if self._threads else None
-        self._pool: _Pool | None = None
+        self._pool: DaemonPool | None = None
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
         self._chunk = _FIRST_CHUNK
@@ -282,7 +241,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
     def _submit(self) -> None:
         if self._pool is None:
-            self._pool = _Pool(self._threads)
+            self._pool = DaemonPool(self._threads, "grain-read")
         limit = max(1, self._buffer_size)
         while (
             self._read_pos < self._length
@@ -292,7 +251,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
             start, stop = self._read_pos, self._read_pos + size
             busy = len(self._pending) + 1
-            future = self._pool.submit(self._source, start, stop, busy)
+            future = self._pool.submit(_read_chunk, self._source, start, stop, busy=busy)
             self._pending.append((start, stop, future))
             self._in_flight += size
             self._read_pos = stop

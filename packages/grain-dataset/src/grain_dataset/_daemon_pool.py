@@ -1,0 +1,59 @@
+"""A small pool of daemon threads running submitted calls into Futures.
+
+Shared by `to_iter_dataset`'s read-ahead and the interleave's dataset opening.
+Threads start as work arrives, hold no reference to the iterator that owns
+the pool (so dropping the iterator stops nothing it needs), and being daemons
+never delay interpreter exit.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+
+def _work(tasks: queue.SimpleQueue) -> None:
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        future, fn, args = task
+        del task
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:  # even KeyboardInterrupt must reach the consumer
+                future.set_exception(error)
+        del future, fn, args
+
+
+class DaemonPool:
+    """Runs ``fn(*args)`` in up to `max_threads` daemon threads named `name`."""
+
+    def __init__(self, max_threads: int, name: str):
+        self._max_threads = max_threads
+        self._name = name
+        self._tasks: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any, busy: int | None = None) -> Future:
+        """Queues the call; starts a thread while fewer than min(max_threads, busy) run."""
+        wanted = self._max_threads if busy is None else min(self._max_threads, busy)
+        if len(self._threads) < wanted:
+            thread = threading.Thread(
+                target=_work, args=(self._tasks,), name=self._name, daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        future: Future = Future()
+        self._tasks.put((future, fn, args))
+        return future
+
+    def shutdown(self) -> None:
+        """Lets each thread finish its current call and exit."""
+        for _ in self._threads:
+            self._tasks.put(None)
+        self._threads = []
