@@ -6,7 +6,7 @@ google-crc32c only as optional extras), never another grain package.
 source lives in a module of its own (`_array_record`, `_range`,
 `_shared_memory`); `_tfrecord` and `_parquet` are resumable sequential readers
 that grain_dataset wraps as IterDatasets; `_writer` makes ArrayRecord files;
-`_paths`, `_checks`, `_progress` and `_crc32c` are what they share.
+`_paths`, `_checks`, `_progress`, `_crc32c` and `_resumable` are what they share.
 """
 
 from grain_sources._array_record import ArrayRecordDataSource as ArrayRecordDataSource

@@ -15,10 +15,12 @@ that row group only, never an earlier one.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from grain_sources._resumable import ResumableReader
 
 _INSTALL = "pip install grain-sources[parquet]"
 _BATCH_ROWS = 1024
@@ -44,7 +46,7 @@ def _column_names(schema: Any) -> set[str]:
     return names
 
 
-class ParquetReader(Iterator[dict[str, Any]]):
+class ParquetReader(ResumableReader[dict[str, Any]]):
     """Reads the rows of a Parquet file in order, as dicts, from a row that can be restored.
 
     `row` is the number of the next row (0-based, across all row groups);
@@ -200,22 +202,9 @@ class ParquetReader(Iterator[dict[str, Any]]):
 
     def close(self) -> None:
         """Closes the file and drops buffered rows (idempotent); a later read reopens it."""
-        file, self._file = self._file, None
         self._table, self._group = None, -1
         self._chunk, self._chunk_start = [], 0
-        if file is not None:
-            file.close()
-
-    def __enter__(self) -> ParquetReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        file = self.__dict__.get("_file")
-        if file is not None:
-            file.close()
+        super().close()
 
     # -- pickling -----------------------------------------------------------------
 

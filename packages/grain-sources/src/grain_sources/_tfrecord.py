@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 from grain_sources import _crc32c
+from grain_sources._resumable import ResumableReader
 
 _HEADER = struct.Struct("<QI")
 _FOOTER = struct.Struct("<I")
@@ -118,7 +119,7 @@ def _check_file(path: str | os.PathLike[str]) -> str:
     return text
 
 
-class TFRecordReader(Iterator[bytes]):
+class TFRecordReader(ResumableReader[bytes]):
     """Reads the records of a TFRecord file in order, from a position that can be restored.
 
     `position` is the byte offset of the next record and `index` the number
@@ -297,24 +298,6 @@ class TFRecordReader(Iterator[bytes]):
         self._offset = offset + _HEADER.size + length + _FOOTER.size
         self._index += 1
         return data
-
-    def close(self) -> None:
-        """Closes the file (idempotent); a later read reopens it at `position`."""
-        file, self._file = self._file, None
-        if file is not None:
-            file.close()
-
-    def __enter__(self) -> TFRecordReader:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # Like a generator, an abandoned reader releases its file without a warning.
-        file = self.__dict__.get("_file")
-        if file is not None:
-            file.close()
 
     # -- pickling -----------------------------------------------------------------
 
