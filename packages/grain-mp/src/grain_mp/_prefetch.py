@@ -50,6 +50,7 @@ import pickle
 import signal
 import sys
 import traceback
+import warnings
 import weakref
 from multiprocessing import connection, resource_tracker
 from typing import Any
@@ -62,6 +63,23 @@ from grain_mp._sweep import parse_segment_name, sweep_dead_segments
 from grain_mp._transport import SegmentPool, SegmentReader
 
 _START_METHOD_ENV = "GRAIN_MP_START_METHOD"
+
+
+def _start_quietly(process: multiprocessing.process.BaseProcess) -> None:
+    """Starts a worker, silencing JAX's fork warning.
+
+    JAX registers an at-fork hook that warns whenever a process forks after
+    jax is imported. Our forked workers run only the data pipeline and never
+    touch jax's runtime, which is the case that warning is about; a pipeline
+    that does call jax in its workers should set GRAIN_MP_START_METHOD=spawn.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
+        )
+        process.start()
+
+
 _POLL_S = 0.5
 # Segments a worker may have lent beyond its buffer: elements the consumer still
 # holds (zero-copy arrays); past that, elements are pickled instead.
@@ -366,7 +384,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                     name=f"grain-worker-{index}",
                     daemon=True,
                 )
-                process.start()
+                _start_quietly(process)
                 out_write.close()
                 credit_read.close()
                 worker = _Worker(process, out_read, credit_write)
