@@ -117,3 +117,23 @@ def test_str_of_a_dataset_lists_stages_source_first_with_branches():
     assert lines[-2].startswith("PrefetchIterDataset")
     assert lines[-4].startswith("MixedMapDataset")
     assert repr(ds).count("\n") == 0
+
+
+def test_a_call_that_raises_is_not_counted_as_an_element():
+    def fails_on_five(x):
+        if x == 5:
+            raise ValueError("five")
+        return x
+
+    ds = MapDataset.range(10).to_iter_dataset(ReadOptions(num_threads=0)).map(fails_on_five)
+    it = track_stats(iter(ds))
+    got = []
+    while True:
+        try:
+            got.append(next(it))
+        except ValueError:
+            continue
+        except StopIteration:
+            break
+    assert got == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert it.stats().stages[-1].elements == 9

@@ -21,13 +21,12 @@ that remains (measured in benchmarks/stats_overhead.py).
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from grain_dataset._element_spec import leaf_spec, map_with_path
-
-_TIMED: dict[type, type] = {}
 
 
 @dataclass
@@ -103,41 +102,53 @@ _SAMPLE_MASK = _SAMPLE_EVERY - 1
 
 
 class _Record:
-    __slots__ = ("count", "ns", "sampled", "spec")
+    """One stage's counts; the hot path touches only closure cells, not this object."""
+
+    __slots__ = ("calls", "failed", "ns", "sampled", "spec")
 
     def __init__(self) -> None:
-        self.count = 0
+        self.calls = itertools.count()  # advanced in C: no Python store per call
+        self.failed = 0  # calls that ended the stream or raised: not elements
         self.ns = 0
         self.sampled = 0
         self.spec = "-"
 
+    @property
+    def count(self) -> int:
+        """Elements produced so far."""
+        # itertools.count exposes its next value only through its repr.
+        return int(repr(self.calls)[6:-1]) - self.failed
+
     def estimated_ns(self) -> float:
         """Total time of all calls, from the timed sample of them."""
-        return self.ns * self.count / self.sampled if self.sampled else 0.0
+        calls = self.count + self.failed
+        return self.ns * calls / self.sampled if self.sampled else 0.0
 
 
-def _timed_class(cls: type) -> type:
-    timed = _TIMED.get(cls)
-    if timed is not None:
-        return timed
+def _timed_class(cls: type, record: _Record) -> type:
+    """A subclass of `cls` whose `__next__` records into `record`.
+
+    One class per tracked iterator, so that the per-call path reads its counter
+    and base method from closure cells: that path is what tracking costs on cheap
+    stages, and instance attribute traffic there doubled it.
+    """
     base_next = cls.__next__
     clock = time.perf_counter_ns
+    calls = record.calls
 
     def __next__(self: Any) -> Any:  # noqa: N807 - it is the iterator's __next__
-        record = self._stats_record
-        count = record.count
-        record.count = count + 1
+        count = next(calls)
         if count & _SAMPLE_MASK:
             try:
                 return base_next(self)
             except BaseException:
-                record.count = count  # an end or an error is not an element
+                record.failed += 1
                 raise
         start = clock()
         try:
             value = base_next(self)
         except BaseException:
-            record.count = count
+            record.failed += 1
             raise
         finally:
             record.ns += clock() - start
@@ -148,7 +159,6 @@ def _timed_class(cls: type) -> type:
 
     timed = type(cls.__name__, (cls,), {"__next__": __next__, "__module__": cls.__module__})
     timed.__qualname__ = cls.__qualname__
-    _TIMED[cls] = timed
     return timed
 
 
@@ -158,10 +168,11 @@ def track(iterator: Any) -> Any:
     while pending:
         it = pending.pop()
         if "_stats_record" not in it.__dict__:
-            it.__dict__["_stats_record"] = _Record()
+            record = _Record()
+            it.__dict__["_stats_record"] = record
             # A stage that keeps its own counts (per chunk) needs no per-element timer.
             if not hasattr(it, "stats_counts"):
-                it.__class__ = _timed_class(type(it))
+                it.__class__ = _timed_class(type(it), record)
         pending.extend(it.__dict__.get("_parents", ()))
     return iterator
 
