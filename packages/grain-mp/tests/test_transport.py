@@ -149,6 +149,46 @@ def test_the_same_array_twice_is_stored_once_and_stays_one_object(local):
     assert got[0] is got[1]["again"]
 
 
+@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize(
+    "element",
+    [
+        np.arange(10_000, dtype=np.int64).reshape(100, 100),
+        np.eye(80, dtype=np.float32).T,  # Fortran order
+        np.arange(10_000, dtype=np.int64)[::3],  # not contiguous
+        {"image": np.ones((64, 64, 3), np.uint8) * 7, "mask": np.zeros(5000, bool)},
+    ],
+    ids=["array", "fortran", "strided", "flat_dict"],
+)
+def test_one_array_or_a_flat_dict_of_arrays_round_trips_without_the_pickler(local, element, copy):
+    pool, reader = local
+    for _ in range(3):  # the dict's skeleton is cached after the first element
+        payload = pool.encode(element)
+        assert len(payload.leaves) == (len(element) if isinstance(element, dict) else 1)
+        got = reader.decode(payload, copy=copy)
+        assert_same(got, element)
+        del got
+        gc.collect()
+    reader.take_released()
+
+
+@pytest.mark.parametrize(
+    "element",
+    [
+        {"big": np.arange(10_000.0), "small": np.arange(3)},  # a leaf pickled inline
+        {"big": np.arange(10_000.0), "label": 3},
+        {1: np.arange(10_000.0)},  # a key that is not a str
+        {},
+        np.array(["abc"] * 2000),  # not a plain dtype
+        np.ma.array(np.arange(1000.0)),  # a subclass
+    ],
+    ids=["small_leaf", "int_leaf", "int_key", "empty", "strings", "masked"],
+)
+def test_other_elements_take_the_pickler_and_still_round_trip(local, element):
+    pool, reader = local
+    assert_same(reader.decode(pool.encode(element)), element)
+
+
 def test_elements_without_large_arrays_need_no_segment(local):
     pool, reader = local
     element = {"ids": np.arange(10), "text": "x" * 100_000}

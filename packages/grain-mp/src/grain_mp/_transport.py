@@ -152,6 +152,23 @@ class _Pickler(pickle.Pickler):
         return NotImplemented
 
 
+class _Placeholder:
+    """Pickles as array `index` of a payload: the skeletons of the fast path."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, tuple[int]]:
+        return _leaf, (self.index,)
+
+
+_SINGLE_SKELETON = pickle.dumps(_Placeholder(0), pickle.HIGHEST_PROTOCOL)
+# Flat dicts the fast path takes (and skeletons it caches): training examples have a few keys.
+_MAX_FLAT_KEYS = 64
+
+
 class _Unpickler(pickle.Unpickler):
     """Unpickles a skeleton, resolving placeholders to the decoded arrays."""
 
@@ -271,6 +288,7 @@ class SegmentPool:
         self._returns = returns
         self._min_bytes = int(min_bytes)
         self._max_lent = max_lent
+        self._skeletons: dict[tuple[str, ...], bytes] = {}
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
 
     @property
@@ -300,13 +318,17 @@ class SegmentPool:
             if len(state.lent) >= self._max_lent:
                 # Every lent segment is still in use: send this element in the pickle.
                 return Payload(None, 0, (), pickle.dumps(element, pickle.HIGHEST_PROTOCOL))
-        buffer = io.BytesIO()
-        pickler = _Pickler(buffer, self._min_bytes)
-        pickler.dump(element)
-        arrays = pickler.arrays
-        skeleton = buffer.getvalue()
-        if not arrays:
-            return Payload(None, 0, (), skeleton)
+        found = self._flat_arrays(element)
+        if found is not None:
+            skeleton, arrays = found
+        else:
+            buffer = io.BytesIO()
+            pickler = _Pickler(buffer, self._min_bytes)
+            pickler.dump(element)
+            arrays = pickler.arrays
+            skeleton = buffer.getvalue()
+            if not arrays:
+                return Payload(None, 0, (), skeleton)
         leaves = []
         position = _DATA_AT
         for array in arrays:
@@ -331,6 +353,42 @@ class SegmentPool:
             raise
         state.lent[segment.name] = segment
         return Payload(segment.name, segment.generation, tuple(leaves), skeleton)
+
+    def _flat_arrays(self, element: Any) -> tuple[bytes, list[np.ndarray]] | None:
+        """The skeleton and arrays of one array or a flat str-keyed dict of arrays.
+
+        The most common elements skip the pickler (a third of the encoding time
+        for a 150 KB array); their skeletons are cached per key set. Anything
+        else, or an array too small or of another kind, returns None.
+        """
+        kinds, min_bytes = _SHARED_KINDS, self._min_bytes
+        if type(element) is np.ndarray:
+            if element.dtype.kind in kinds and element.nbytes >= min_bytes:
+                return _SINGLE_SKELETON, [element]
+            return None
+        if type(element) is not dict or not 0 < len(element) <= _MAX_FLAT_KEYS:
+            return None
+        arrays = list(element.values())
+        for array in arrays:
+            if not (
+                type(array) is np.ndarray
+                and array.dtype.kind in kinds
+                and array.nbytes >= min_bytes
+            ):
+                return None
+        if len({id(array) for array in arrays}) != len(arrays):
+            return None  # the pickler keeps one array shared by two keys shared
+        keys = tuple(element)
+        skeleton = self._skeletons.get(keys)
+        if skeleton is None:
+            if not all(type(key) is str for key in keys):
+                return None
+            skeleton = pickle.dumps(
+                {key: _Placeholder(i) for i, key in enumerate(keys)}, pickle.HIGHEST_PROTOCOL
+            )
+            if len(self._skeletons) < _MAX_FLAT_KEYS:
+                self._skeletons[keys] = skeleton
+        return skeleton, arrays
 
     def reclaim(self, name: str | Iterable[str]) -> None:
         """Takes back a released segment (or several) for reuse.
@@ -509,6 +567,8 @@ class SegmentReader:
             # Not at exit: nobody would receive the name any more.
             weakref.finalize(lease, self._pending.append, name).atexit = False
             del lease
+        if payload.skeleton == _SINGLE_SKELETON:
+            return arrays[0]
         return _Unpickler(io.BytesIO(payload.skeleton), arrays).load()
 
     def take_released(self) -> list[str]:
