@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import abc
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
+from grain_dataset import _state_file
 from grain_index import _validate, derive_seed
 
 if TYPE_CHECKING:
@@ -516,6 +517,32 @@ class DatasetIterator(Iterator[T], abc.ABC):
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves this iterator to the position `state` describes."""
+
+    def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+        """Returns a coroutine that saves the iterator state into `directory`.
+
+        The current state (`get_state`) is used for saving: it is taken when
+        `save` is called, so any updates to the state after returning from this
+        method will not affect the saved checkpoint. The coroutine writes
+        ``process_<i>-of-<n>.json`` (i, n from jax's process index and count
+        when jax is imported; else 0 and 1), e.g. ``asyncio.run(it.save(path))``.
+        Awaiting it returns an awaitable that is already done (the background
+        phase of Orbax's save protocol), so Orbax can checkpoint the iterator.
+
+        Args:
+          directory: a path, or an Orbax PathAwaitingCreation, a path in the
+            process of being created, whose `await_creation` is awaited before
+            the file is written.
+        """
+        return _state_file.save_coroutine(self, directory)
+
+    def load(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+        """Returns a coroutine that loads the iterator state from `directory` and sets it.
+
+        The state may be loaded and set in a background thread (Orbax does so).
+        Example: ``asyncio.run(fresh_iterator.load(path))``.
+        """
+        return _state_file.load_coroutine(self, directory)
 
     def stats(self) -> Any:
         """The per-stage statistics recorded so far (a `PipelineStats`; `str()` is a table).

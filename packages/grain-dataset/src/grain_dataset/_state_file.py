@@ -1,0 +1,197 @@
+"""One JSON file per process holding an iterator's state: its name, its text, its checks.
+
+Why a module of its own: the file layout is shared by two writers that must
+agree byte for byte, `DatasetIterator.save/load` here (which may not import jax
+or orbax) and the Orbax `CheckpointHandler` in grain_jax. Keeping the naming
+and the checks in one place means a checkpoint written by one is read by the
+other.
+
+Layout: a checkpoint directory holds ``process_<i>-of-<n>.json`` for each of
+the n processes that saved it (the process index i and count n come from
+jax when it runs multi-host; otherwise 0 and 1). The file is the iterator's
+state as JSON text: a `DatasetIterator` state (a dict) is dumped, a DataLoader
+state (JSON bytes already) is written as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import sys
+from collections.abc import Awaitable, Coroutine, Generator
+from typing import Any
+
+_FILE_PATTERN = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+
+def process_index_and_count() -> tuple[int, int]:
+    """(jax.process_index(), jax.process_count()) if jax is already imported, else (0, 1).
+
+    jax is never imported here: a program that has not imported it cannot be
+    running multi-host JAX.
+    """
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return 0, 1
+    return int(jax.process_index()), int(jax.process_count())
+
+
+def state_file_name(process_index: int, process_count: int) -> str:
+    """The file name of process `process_index` out of `process_count`."""
+    if not 0 <= process_index < process_count:
+        raise ValueError(
+            f"`process_index` must be in [0, process_count) = [0, {process_count}), "
+            f"got {process_index}."
+        )
+    return f"process_{process_index}-of-{process_count}.json"
+
+
+def as_path(directory: Any) -> Any:
+    """`directory` as a path object: a pathlib.Path, or an etils epath.Path as given.
+
+    Objects that already behave like a path (``/``, ``exists``, ``read_text``,
+    ``write_text``, ``iterdir``) are kept, so cloud paths keep working.
+    """
+    needed = ("__truediv__", "exists", "read_text", "write_text", "iterdir")
+    if all(hasattr(directory, name) for name in needed):
+        return directory
+    if isinstance(directory, str | os.PathLike):
+        return pathlib.Path(directory)
+    raise TypeError(
+        f"`directory` must be a path (str, os.PathLike or epath.Path), got "
+        f"{type(directory).__name__}."
+    )
+
+
+def state_to_text(state: Any, owner: Any) -> str:
+    """The JSON text of `state` as `owner.get_state()` returned it (a dict, or JSON bytes/str)."""
+    if isinstance(state, bytes | bytearray):
+        return bytes(state).decode("utf-8")
+    if isinstance(state, str):
+        return state
+    try:
+        return json.dumps(state, indent=4)
+    except TypeError as error:
+        raise TypeError(
+            f"the state of {type(owner).__name__} is not JSON-serializable ({error}): "
+            "get_state() must return a dict of ints, strings, lists and dicts, or JSON bytes."
+        ) from None
+
+
+def text_to_state(text: str, owner: Any, path: Any) -> Any:
+    """The state in `text`, in the form `owner.get_state()` uses (bytes, str or a dict)."""
+    current = owner.get_state()
+    if isinstance(current, bytes | bytearray):
+        return text.encode("utf-8")
+    if isinstance(current, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"the iterator state in {path} is not valid JSON: {error}.") from None
+
+
+def _saved_process_counts(directory: Any) -> set[int]:
+    counts = set()
+    if directory.exists():
+        for child in directory.iterdir():
+            match = _FILE_PATTERN.fullmatch(child.name)
+            if match:
+                counts.add(int(match.group(2)))
+    return counts
+
+
+def state_file(directory: Any, process_index: int, process_count: int) -> Any:
+    """The path of this process's existing state file in `directory`.
+
+    Raises:
+      ValueError: the checkpoint was written by another number of processes.
+      FileNotFoundError: `directory` holds no state file for this process.
+    """
+    directory = as_path(directory)
+    path = directory / state_file_name(process_index, process_count)
+    if path.exists():
+        return path
+    counts = sorted(_saved_process_counts(directory) - {process_count})
+    if counts:
+        written = " or ".join(str(count) for count in counts)
+        raise ValueError(
+            f"cannot restore the iterator from {directory}: the checkpoint was written by "
+            f"{written} processes, this run has {process_count} (no {path.name}). Restore "
+            "with the process count it was saved with, or start the data pipeline afresh."
+        )
+    raise FileNotFoundError(
+        f"no iterator state {path.name} in {directory}: it is not a checkpoint of a data "
+        "iterator (or it was not saved by this process)."
+    )
+
+
+def write_state(directory: Any, text: str, process: tuple[int, int]) -> Any:
+    """Writes `text` (from `state_to_text`) as the state file of `process`; returns its path."""
+    path = as_path(directory) / state_file_name(*process)
+    path.write_text(text)
+    return path
+
+
+def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any:
+    """Reads the state file of `process` from `directory` and sets it on `owner`.
+
+    Returns the file's path. A state that `owner.set_state` refuses (the
+    checkpoint of a pipeline of another shape) raises a ValueError naming the
+    file and what did not fit.
+    """
+    path = state_file(directory, *process)
+    state = text_to_state(path.read_text(), owner, path)
+    try:
+        owner.set_state(state)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(
+            f"the iterator state in {path} does not fit this {type(owner).__name__}: "
+            f"{error} The checkpoint was saved from a pipeline of another shape; restore "
+            "it into the pipeline that saved it."
+        ) from error
+    return path
+
+
+class _Finished:
+    """An awaitable that is already complete.
+
+    Orbax's two-phase protocol awaits `save()` (the blocking part) and then
+    awaits what it returned (the background part). Our state is written in the
+    first phase, so the second has nothing left to do; unlike a coroutine
+    object, this one may also be dropped without a "never awaited" warning.
+    """
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # A generator function: the await finishes at once, with None.
+
+
+def save_coroutine(owner: Any, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+    """Takes `owner`'s state now and returns the coroutine that writes it into `directory`."""
+    text = state_to_text(owner.get_state(), owner)
+    process = process_index_and_count()
+
+    async def save() -> Awaitable[None]:
+        path = directory
+        if hasattr(path, "await_creation"):
+            path = await path.await_creation()
+        path = as_path(path)
+        if not path.exists():
+            path.mkdir(parents=True, exist_ok=True)
+        write_state(path, text, process)
+        return _Finished()
+
+    return save()
+
+
+def load_coroutine(owner: Any, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+    """Returns the coroutine that reads this process's state from `directory` into `owner`."""
+
+    async def load() -> Awaitable[None]:
+        read_state_into(directory, owner, process_index_and_count())
+        return _Finished()
+
+    return load()
