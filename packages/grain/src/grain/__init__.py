@@ -6,14 +6,15 @@ defines no behaviour of its own apart from the `grain` command-line tool:
   grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
   grain_sources  data sources                                         (built)
   grain_dataset  MapDataset, IterDataset, DatasetIterator             (built)
-  grain_mp       worker processes (mp_prefetch); the DataLoader next  (in part)
-  grain_jax      device prefetch, Orbax checkpoints, multi-host       (next)
+  grain_mp       worker processes (mp_prefetch), the DataLoader       (built)
+  grain_jax      device prefetch, Orbax checkpoints, multi-host       (built)
 
-Namespaces: `grain.experimental`, `grain.multiprocessing`, `grain.samplers`, `grain.sharding`,
-`grain.sources`, `grain.transforms` and `grain.python` (the upstream-compatible
-flat namespace).
+Namespaces: `grain.checkpoint`, `grain.experimental`, `grain.multiprocessing`,
+`grain.samplers`, `grain.sharding`, `grain.sources`, `grain.transforms` and
+`grain.python` (the upstream-compatible flat namespace).
 """
 
+from grain import checkpoint as checkpoint
 from grain import experimental as experimental
 from grain import multiprocessing as multiprocessing
 from grain import python as python
@@ -37,6 +38,7 @@ __all__ = [
     "ReadOptions",
     "Record",
     "RecordMetadata",
+    "checkpoint",
     "experimental",
     "multiprocessing",
     "python",

@@ -30,6 +30,8 @@ from grain_dataset import (
 from grain_dataset import batch_and_pad as batch_and_pad
 from grain_dataset import get_element_spec as get_element_spec
 from grain_index import index_shuffle as index_shuffle
+from grain_jax._device_put import device_put as device_put
+from grain_jax._sharding import make_global_batch as make_global_batch
 from grain_mp import PerformanceConfig as PerformanceConfig
 from grain_mp import pick_performance_config as pick_performance_config
 
@@ -61,7 +63,9 @@ __all__ = [
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
+    "device_put",
     "get_element_spec",
     "index_shuffle",
+    "make_global_batch",
     "pick_performance_config",
 ]

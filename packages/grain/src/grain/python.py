@@ -1,4 +1,12 @@
-"""grain.python: the flat namespace of upstream Grain's `import grain.python as grain`."""
+"""grain.python: the flat namespace of upstream Grain's `import grain.python as grain`.
+
+The Orbax names (`PyGrainCheckpointSave`, ... and the guide's `GrainCheckpointSave`,
+...) load orbax on first use, not at import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from grain import experimental as experimental
 from grain_dataset import Batch as Batch
@@ -19,6 +27,7 @@ from grain_index import RecordMetadata as RecordMetadata
 from grain_index import Sampler as Sampler
 from grain_index import SequentialSampler as SequentialSampler
 from grain_index import ShardOptions as ShardOptions
+from grain_jax._sharding import ShardByJaxProcess as ShardByJaxProcess
 from grain_mp import DataLoader as DataLoader
 from grain_mp import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp import PyGrainDatasetIterator as PyGrainDatasetIterator
@@ -28,6 +37,34 @@ from grain_sources import RandomAccessDataSource as RandomAccessDataSource
 from grain_sources import RangeDataSource as RangeDataSource
 from grain_sources import SharedMemoryDataSource as SharedMemoryDataSource
 
+if TYPE_CHECKING:
+    from grain_jax import CheckpointHandler as GrainCheckpointHandler
+    from grain_jax import CheckpointHandler as PyGrainCheckpointHandler
+    from grain_jax import CheckpointRestore as GrainCheckpointRestore
+    from grain_jax import CheckpointRestore as PyGrainCheckpointRestore
+    from grain_jax import CheckpointSave as GrainCheckpointSave
+    from grain_jax import CheckpointSave as PyGrainCheckpointSave
+
+# Upstream's grain.python names, then the DataLoader guide's: the same three objects.
+_ORBAX_NAMES = {
+    "PyGrainCheckpointHandler": "CheckpointHandler",
+    "PyGrainCheckpointRestore": "CheckpointRestore",
+    "PyGrainCheckpointSave": "CheckpointSave",
+    "GrainCheckpointHandler": "CheckpointHandler",
+    "GrainCheckpointRestore": "CheckpointRestore",
+    "GrainCheckpointSave": "CheckpointSave",
+}
+
+
+def __getattr__(name: str) -> Any:
+    target = _ORBAX_NAMES.get(name)
+    if target is None:
+        raise AttributeError(f"module 'grain.python' has no attribute {name!r}")
+    import grain_jax
+
+    return getattr(grain_jax, target)
+
+
 __all__ = [
     "ArrayRecordDataSource",
     "Batch",
@@ -35,6 +72,9 @@ __all__ = [
     "DatasetIterator",
     "FilterTransform",
     "FlatMapTransform",
+    "GrainCheckpointHandler",
+    "GrainCheckpointRestore",
+    "GrainCheckpointSave",
     "InMemoryDataSource",
     "IndexSampler",
     "IterDataset",
@@ -43,6 +83,9 @@ __all__ = [
     "MapWithIndexTransform",
     "MultiprocessingOptions",
     "NoSharding",
+    "PyGrainCheckpointHandler",
+    "PyGrainCheckpointRestore",
+    "PyGrainCheckpointSave",
     "PyGrainDatasetIterator",
     "RandomAccessDataSource",
     "RandomMapTransform",
@@ -52,6 +95,7 @@ __all__ = [
     "RecordMetadata",
     "Sampler",
     "SequentialSampler",
+    "ShardByJaxProcess",
     "ShardOptions",
     "SharedMemoryDataSource",
     "Transformation",
