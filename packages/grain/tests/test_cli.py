@@ -1,24 +1,62 @@
 """The `grain` command: the demo runs its checks and exit codes are reliable."""
 
+import io
 import subprocess
 import sys
+import time
 
+import numpy as np
 import pytest
 
+from grain import _cli_demo, _cli_inspect
 from grain._cli import main
+from grain._cli_common import ProgressBar, format_bytes, format_rate, tree_nbytes
 
 
-@pytest.mark.timeout(120)  # it starts worker processes
+@pytest.mark.timeout(120)  # it starts worker processes and device_put threads
 def test_demo_runs_and_passes_its_checks(capsys):
     assert main(["demo", "--num-records", "5000"]) == 0
     out = capsys.readouterr().out
-    assert "next 20 batches identical: True" in out
-    assert "the same with threads and 2 workers: True" in out
-    assert "2 worker processes" in out
     assert "ArrayRecord shards" in out
+    assert "mp_prefetch, 2 worker processes -> device_put onto" in out
+    assert "with 2 worker processes" in out
+    assert "MB/s" in out
+    assert "Orbax step 52" in out  # 156 batches, checkpoint after a third of them
+    assert "bottleneck: stage" in out
+    assert "the remaining 104 batches are identical: True" in out
+    assert out.count("same batches as with 2 workers: True") == 2
+    assert "epoch 0 shards are disjoint: True" in out
     assert "all checks passed" in out
     assert "M/s" in out
-    assert "k/s" in out or out.count("M/s") >= 3
+    assert "k records/s" in out
+
+
+@pytest.mark.timeout(120)  # worker processes
+@pytest.mark.parametrize("missing", ["jax", "orbax"])
+def test_demo_works_without_jax_or_orbax(capsys, monkeypatch, missing):
+    monkeypatch.setattr(_cli_demo, f"_load_{missing}", lambda: None)
+    assert main(["demo", "--num-records", "640"]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints: JSON" in out
+    assert "JSON file data-6.json" in out
+    if missing == "jax":
+        assert "jax does not import here" in out
+        assert "device_put" not in out
+    else:
+        assert "device_put onto" in out
+    assert "the remaining 14 batches are identical: True" in out
+    assert "all checks passed" in out
+
+
+@pytest.mark.timeout(120)  # worker processes
+def test_demo_exits_1_when_a_check_fails(capsys, monkeypatch):
+    monkeypatch.setattr(_cli_demo, "_load_jax", lambda: None)
+    # A restore that restores nothing: the "continuation" starts from the beginning.
+    monkeypatch.setattr(_cli_demo._JsonCheckpoints, "restore", lambda self, it, step: None)
+    assert main(["demo", "--num-records", "640"]) == 1
+    out = capsys.readouterr().out
+    assert "batches are identical: False" in out
+    assert "A CHECK FAILED" in out
 
 
 def test_bad_arguments_exit_with_2(capsys):
@@ -29,6 +67,36 @@ def test_bad_arguments_exit_with_2(capsys):
     with pytest.raises(SystemExit) as excinfo:
         main(["no-such-command"])
     assert excinfo.value.code == 2
+    with pytest.raises(SystemExit) as excinfo:
+        main([])
+    assert excinfo.value.code == 2
+
+
+@pytest.mark.parametrize("command", ["demo", "convert", "inspect", "bench"])
+def test_every_command_has_help(capsys, command):
+    with pytest.raises(SystemExit) as excinfo:
+        main([command, "--help"])
+    assert excinfo.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: grain {command}" in out
+    assert len(out.splitlines()) > 10
+
+
+def test_interrupt_exits_130_and_an_unforeseen_error_exits_1(capsys, monkeypatch, tmp_path):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    def broken(args):
+        raise RuntimeError("something unforeseen")
+
+    monkeypatch.setattr(_cli_inspect, "run", interrupted)
+    assert main(["inspect", str(tmp_path)]) == 130
+    assert capsys.readouterr().err.strip() == "grain inspect: interrupted"
+    monkeypatch.setattr(_cli_inspect, "run", broken)
+    assert main(["inspect", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert err.splitlines()[-1] == "grain inspect: error: RuntimeError: something unforeseen"
 
 
 @pytest.mark.timeout(120)
@@ -41,4 +109,45 @@ def test_console_script_is_installed():
         check=False,
     )
     assert result.returncode == 0
-    assert "demo" in result.stdout
+    for command in ("demo", "convert", "inspect", "bench"):
+        assert command in result.stdout
+    assert "exit codes" in result.stdout
+    assert "130  interrupted" in result.stdout
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bar_draws_only_on_a_terminal():
+    terminal = _Terminal()
+    bar = ProgressBar(10, "convert", stream=terminal)
+    bar.update(1)  # within its first tenth of a second: not drawn
+    time.sleep(0.11)
+    bar.update(5)
+    bar.update(10)  # within a tenth of a second of the last draw: not drawn
+    bar.close()
+    drawn = terminal.getvalue()
+    draws = drawn.split("\r")[1:]
+    assert len(draws) == 2
+    assert draws[0].startswith("convert [###############...............] 5/10 records")
+    assert draws[1].startswith("convert [##############################] 10/10 records")
+    assert drawn.endswith("\n")
+
+    pipe = io.StringIO()
+    bar = ProgressBar(10, "convert", stream=pipe)
+    bar.update(10)
+    bar.close()
+    assert pipe.getvalue() == ""
+
+
+def test_number_formats():
+    assert format_rate(14_300_000) == "14.3 M/s"
+    assert format_rate(25_900, "records") == "25.9 k records/s"
+    assert format_rate(810, "batches") == "810.0 batches/s"
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1500) == "1.5 kB"
+    assert format_bytes(12_300_000) == "12.3 MB"
+    tree = {"a": np.zeros(4, np.float32), "b": [np.int64(1), (np.zeros(2, np.uint8),)], "c": 3}
+    assert tree_nbytes(tree) == 16 + 8 + 2

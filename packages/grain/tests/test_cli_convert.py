@@ -1,0 +1,282 @@
+"""`grain convert`: every input format, written, counted and read back; every error path."""
+
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import grain
+from grain import _cli_convert
+from grain._cli import main
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def _read_back(pattern):
+    with grain.sources.ArrayRecordDataSource(pattern) as source:
+        return [source[i] for i in range(len(source))]
+
+
+def _convert(capsys, *args):
+    code = main(["convert", *map(str, args)])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _rows(count):
+    return [{"id": i, "text": f"row {i}", "values": [i * 0.5, -i]} for i in range(count)]
+
+
+def _write_parquet(path, rows, row_group_size=16):
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=row_group_size)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_json_lines_each_line_a_record_in_order(capsys, tmp_path, suffix):
+    rows = _rows(50)
+    lines = [json.dumps(row) for row in rows]
+    lines.insert(10, "")  # blank lines are not records
+    (tmp_path / f"data{suffix}").write_text("\n".join(lines) + "\n\n")
+    code, out, err = _convert(
+        capsys, tmp_path / f"data{suffix}", tmp_path / "out" / "train", "--num-shards", "3"
+    )
+    assert code == 0, err
+    assert "(JSON lines, 1 file, 50 records)" in out
+    assert "wrote 50 records" in out
+    assert "into 3 ArrayRecord shards" in out
+    assert "read back 50 records with grain.sources.ArrayRecordDataSource" in out
+    assert ".map(json.loads)" in out
+    assert err == ""  # stderr is not a terminal: no progress bar
+    records = _read_back(str(tmp_path / "out" / "train@3"))
+    assert [json.loads(record) for record in records] == rows
+    assert records[0] == json.dumps(rows[0]).encode()  # the line's own bytes
+
+
+def test_parquet_rows_are_pickled_dicts_by_default(capsys, tmp_path):
+    rows = [{**row, "blob": bytes([i % 256]) * 3} for i, row in enumerate(_rows(70))]
+    _write_parquet(tmp_path / "data.parquet", rows)
+    code, out, err = _convert(
+        capsys, tmp_path / "data.parquet", tmp_path / "rows", "--num-shards", "2"
+    )
+    assert code == 0, err
+    assert "(Parquet, 1 file, 70 records)" in out
+    assert ".map(pickle.loads)" in out
+    assert [pickle.loads(r) for r in _read_back(str(tmp_path / "rows@2"))] == rows
+
+
+def test_parquet_rows_as_json(capsys, tmp_path):
+    rows = _rows(20)
+    _write_parquet(tmp_path / "data.parquet", rows)
+    code, out, _ = _convert(
+        capsys, tmp_path / "data.parquet", tmp_path / "rows.array_record", "--row-format", "json"
+    )
+    assert code == 0
+    assert "into 1 ArrayRecord file" in out
+    assert ".map(json.loads)" in out
+    assert [json.loads(r) for r in _read_back(str(tmp_path / "rows.array_record"))] == rows
+
+
+def test_a_value_json_cannot_hold_names_its_column_and_leaves_no_file(capsys, tmp_path):
+    _write_parquet(tmp_path / "data.parquet", [{"id": 1, "image": b"\x89PNG"}])
+    code, _, err = _convert(
+        capsys, tmp_path / "data.parquet", tmp_path / "out", "--row-format", "json"
+    )
+    assert code == 1
+    assert err.strip() == (
+        f"grain convert: error: row 0 of {tmp_path / 'data.parquet'}: column 'image' holds "
+        "bytes, which JSON cannot store: use --row-format pickle"
+    )
+    assert os.listdir(tmp_path) == ["data.parquet"]
+
+
+def test_a_directory_of_parquet_files_is_read_in_name_order(capsys, tmp_path):
+    rows = _rows(30)
+    (tmp_path / "parts").mkdir()
+    _write_parquet(tmp_path / "parts" / "part-1.parquet", rows[20:])
+    _write_parquet(tmp_path / "parts" / "part-0.parquet", rows[:20])
+    code, out, _ = _convert(capsys, tmp_path / "parts", tmp_path / "out")
+    assert code == 0
+    assert "(Parquet, 2 files, 30 records)" in out
+    assert [pickle.loads(r) for r in _read_back(str(tmp_path / "out"))] == rows
+
+
+def test_a_directory_of_npy_files_one_array_each(capsys, tmp_path):
+    (tmp_path / "arrays").mkdir()
+    arrays = [np.arange(i + 1, dtype=np.float32).reshape(-1, 1) * i for i in range(12)]
+    for i, array in enumerate(arrays):
+        np.save(tmp_path / "arrays" / f"{i:03d}.npy", array)
+    (tmp_path / "arrays" / "README.txt").write_text("not an array")
+    code, out, _ = _convert(capsys, tmp_path / "arrays", tmp_path / "out", "--num-shards", "4")
+    assert code == 0
+    assert "(.npy files, 12 files, 12 records)" in out
+    assert "np.load(io.BytesIO(b))" in out
+    back = [np.load(io.BytesIO(r)) for r in _read_back(str(tmp_path / "out@4"))]
+    assert len(back) == len(arrays)
+    for got, want in zip(back, arrays, strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_bad_npy_file_fails_with_1(capsys, tmp_path):
+    (tmp_path / "arrays").mkdir()
+    np.save(tmp_path / "arrays" / "0.npy", np.arange(3))
+    np.save(tmp_path / "arrays" / "1.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    code, _, err = _convert(capsys, tmp_path / "arrays", tmp_path / "out")
+    assert code == 1
+    assert "1.npy is not a numeric .npy array" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def hf_dataset(tmp_path, capsys):
+    datasets = pytest.importorskip("datasets")
+    rows = {"x": list(range(25)), "text": [f"t{i}" for i in range(25)], "blob": [b"ab"] * 25}
+    dataset = datasets.Dataset.from_dict(rows)
+    dataset.save_to_disk(str(tmp_path / "hf"))
+    datasets.DatasetDict({"train": dataset, "test": dataset}).save_to_disk(str(tmp_path / "hfdd"))
+    capsys.readouterr()  # datasets' own progress bars
+    return [dict(zip(rows, values, strict=True)) for values in zip(*rows.values(), strict=True)]
+
+
+@pytest.mark.timeout(120)  # datasets may start threads
+def test_a_huggingface_dataset_saved_to_disk(capsys, tmp_path, hf_dataset):
+    code, out, err = _convert(capsys, tmp_path / "hf", tmp_path / "out", "--num-shards", "2")
+    assert code == 0, err
+    assert "(HuggingFace dataset, saved with save_to_disk, 25 records)" in out
+    assert [pickle.loads(r) for r in _read_back(str(tmp_path / "out@2"))] == hf_dataset
+
+
+@pytest.mark.timeout(120)
+def test_a_huggingface_dataset_dict_asks_for_one_split(capsys, tmp_path, hf_dataset):
+    code, _, err = _convert(capsys, tmp_path / "hfdd", tmp_path / "out")
+    assert code == 2
+    assert "holds a HuggingFace DatasetDict (splits: test, train)" in err
+    assert f"e.g. {tmp_path / 'hfdd' / 'test'}" in err
+
+
+def test_a_missing_input_is_one_line_and_exit_2(capsys, tmp_path):
+    missing = tmp_path / "missing.jsonl"
+    code, out, err = _convert(capsys, missing, tmp_path / "out")
+    assert code == 2
+    assert out == ""
+    assert err == f"grain convert: error: no such file or directory: {missing}\n"
+
+
+@pytest.mark.timeout(60)
+def test_the_console_script_exits_2_on_a_missing_input(tmp_path):
+    missing = tmp_path / "missing.parquet"
+    result = subprocess.run(
+        [sys.executable, "-m", "grain._cli", "convert", str(missing), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"grain convert: error: no such file or directory: {missing}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("make", "src", "options", "message"),
+    [
+        (lambda p: (p / "data.csv").write_text("a,b\n"), "data.csv", [], "cannot tell the format"),
+        (lambda p: (p / "d").mkdir(), "d", [], "holds no .jsonl, .json, .parquet or .npy files"),
+        (lambda p: (p / "d").mkdir(), "d", ["--format", "hf"], "is not a dataset saved by"),
+        (lambda p: (p / "a.json").write_text("1\n"), "a.json", ["--format", "npy"], "is a file"),
+    ],
+)
+def test_inputs_it_cannot_read_exit_2(capsys, tmp_path, make, src, options, message):
+    make(tmp_path)
+    code, _, err = _convert(capsys, tmp_path / src, tmp_path / "out", *options)
+    assert code == 2
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_a_directory_of_mixed_formats_asks_for_format(capsys, tmp_path):
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    np.save(tmp_path / "d" / "b.npy", np.arange(2))
+    code, _, err = _convert(capsys, tmp_path / "d", tmp_path / "out")
+    assert code == 2
+    assert "several formats (1 JSON lines, 1 .npy files): pass --format" in err
+    code, out, _ = _convert(capsys, tmp_path / "d", tmp_path / "out", "--format", "jsonl")
+    assert code == 0
+    assert "2 records" in out
+
+
+def test_an_existing_output_needs_overwrite(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+    assert _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out")[0] == 0
+    code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out")
+    assert code == 2
+    assert (
+        err == f"grain convert: error: {tmp_path / 'out'} already exists: pass --overwrite "
+        "to replace it\n"
+    )
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    code, _, _ = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out", "--overwrite")
+    assert code == 0
+    assert len(_read_back(str(tmp_path / "out"))) == 2
+
+
+def test_an_output_that_is_a_directory_exits_2(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+    code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path)
+    assert code == 2
+    assert "is a directory: pass a base name for the shards" in err
+
+
+def test_a_line_that_is_not_json_fails_with_1_and_leaves_no_file(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": \n')
+    code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out", "--num-shards", "2")
+    assert code == 1
+    assert f"line 3 of {tmp_path / 'a.jsonl'} is not JSON" in err
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+
+
+def test_a_count_that_does_not_match_fails_with_1(capsys, tmp_path, monkeypatch):
+    real = _cli_convert.write_array_record
+
+    def loses_the_last_record(records, path, **kwargs):
+        return real(list(records)[:-1], path, **kwargs)
+
+    monkeypatch.setattr(_cli_convert, "write_array_record", loses_the_last_record)
+    (tmp_path / "a.jsonl").write_text("".join(f"{i}\n" for i in range(10)))
+    code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out")
+    assert code == 1
+    assert err.strip() == (
+        f"grain convert: error: the input has 10 records, 10 were written and 9 read back "
+        f"from {tmp_path / 'out'}; the first or last record read back differs"
+    )
+
+
+def test_bad_arguments_exit_2(capsys, tmp_path):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["convert", "a.jsonl", "out", "--num-shards", "0"])
+    assert excinfo.value.code == 2
+    assert "--num-shards must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as excinfo:
+        main(["convert", "a.jsonl"])
+    assert excinfo.value.code == 2
+    with pytest.raises(SystemExit) as excinfo:
+        main(["convert", "a.jsonl", "out", "--format", "csv"])
+    assert excinfo.value.code == 2
+
+
+def test_writer_options_reach_the_files(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+    code, _, _ = _convert(
+        capsys, tmp_path / "a.jsonl", tmp_path / "out", "--writer-options", "group_size:1,brotli:4"
+    )
+    assert code == 0
+    assert main(["inspect", str(tmp_path / "out")]) == 0
+    assert "compression: brotli level 4" in capsys.readouterr().out
