@@ -137,3 +137,26 @@ def test_a_call_that_raises_is_not_counted_as_an_element():
             break
     assert got == [0, 1, 2, 3, 4, 6, 7, 8, 9]
     assert it.stats().stages[-1].elements == 9
+
+
+@pytest.mark.timeout(60)
+def test_a_prefetch_thread_stage_reports_waiting_and_its_parents_keep_their_time():
+    from grain_dataset import ThreadPrefetchIterDataset
+
+    def slow(x):
+        time.sleep(0.002)
+        return x
+
+    ds = MapDataset.range(160).to_iter_dataset(ReadOptions(num_threads=0)).map(slow).batch(8)
+    it = track_stats(iter(ThreadPrefetchIterDataset(ds, prefetch_buffer_size=2)))
+    assert len(list(it)) == 20
+    stats = it.stats()
+    *_, slow_map, batch, prefetch = stats.stages
+    assert prefetch.waits_on_background
+    assert not slow_map.waits_on_background
+    # The map's 0.32 s are its own, measured in the producer thread; the batch around
+    # it adds almost nothing; the prefetch stage's time is the consumer waiting.
+    assert slow_map.self_ns > 0.25e9
+    assert batch.self_ns < 0.2 * slow_map.self_ns
+    assert stats.bottleneck is slow_map
+    assert "waits" not in str(stats).splitlines()[-1]

@@ -41,6 +41,8 @@ class StageStats:
     reader_cpu_s: float | None = None
     spec: str = "-"
     depth: int = 0
+    # Its time is the consumer waiting on a background thread or process.
+    waits_on_background: bool = False
 
 
 @dataclass
@@ -51,20 +53,28 @@ class PipelineStats:
 
     @property
     def bottleneck(self) -> StageStats | None:
-        """The stage with the most self time (None before any element)."""
+        """The stage with the most self time (None before any element).
+
+        A stage whose time is waiting on a background thread or process is named
+        only if no stage doing work was timed (e.g. every other stage runs in
+        worker processes): the wait overlaps with the work behind it.
+        """
         timed = [stage for stage in self.stages if stage.self_ns > 0]
-        return max(timed, key=lambda stage: stage.self_ns) if timed else None
+        working = [stage for stage in timed if not stage.waits_on_background]
+        pool = working or timed
+        return max(pool, key=lambda stage: stage.self_ns) if pool else None
 
     def __str__(self) -> str:
         if not self.stages:
             return "no stage is tracked: enable execution tracking before iterating."
-        total = sum(stage.self_ns for stage in self.stages) or 1
+        working = [stage for stage in self.stages if not stage.waits_on_background]
+        total = sum(stage.self_ns for stage in working or self.stages) or 1
         rows = [("#", "stage", "elements", "self ms", "self/elem", "share", "output spec")]
         for number, stage in enumerate(self.stages):
             per = stage.self_ns / stage.elements / 1e3 if stage.elements else 0.0
             name = "  " * stage.depth + stage.name
-            if stage.waiting_s is not None:
-                name += f" [reader CPU {stage.reader_cpu_s * 1e3:.1f} ms]"
+            if stage.waiting_s is not None:  # set together with reader_cpu_s
+                name += f" [reader CPU {stage.reader_cpu_s * 1e3:.1f} ms]"  # type: ignore[operator]
             rows.append(
                 (
                     str(number),
@@ -72,7 +82,9 @@ class PipelineStats:
                     str(stage.elements),
                     f"{stage.self_ns / 1e6:.2f}",
                     f"{per:.2f} us",
-                    f"{100 * stage.self_ns / total:.0f}%",
+                    "wait"
+                    if stage.waits_on_background and working
+                    else f"{100 * stage.self_ns / total:.0f}%",
                     stage.spec,
                 )
             )
@@ -88,10 +100,16 @@ class PipelineStats:
             lines.append("bottleneck: none yet (no element has been produced)")
         else:
             number = self.stages.index(slowest)
-            lines.append(
+            line = (
                 f"bottleneck: stage {number} {slowest.name} "
                 f"({100 * slowest.self_ns / total:.0f}% of the pipeline's time)"
             )
+            if slowest.waits_on_background:
+                line += (
+                    ": that is the consumer waiting on its background thread or worker "
+                    "processes, so the stages before it are slower than the consumer"
+                )
+            lines.append(line)
         return "\n".join(lines)
 
 
@@ -104,12 +122,13 @@ _SAMPLE_MASK = _SAMPLE_EVERY - 1
 class _Record:
     """One stage's counts; the hot path touches only closure cells, not this object."""
 
-    __slots__ = ("calls", "failed", "ns", "sampled", "spec")
+    __slots__ = ("calls", "failed", "first_ns", "ns", "sampled", "spec")
 
     def __init__(self) -> None:
         self.calls = itertools.count()  # advanced in C: no Python store per call
         self.failed = 0  # calls that ended the stream or raised: not elements
-        self.ns = 0
+        self.first_ns = 0  # the first call, kept apart: it often starts threads or workers
+        self.ns = 0  # the timed calls after the first
         self.sampled = 0
         self.spec = "-"
 
@@ -120,12 +139,13 @@ class _Record:
         return int(repr(self.calls)[6:-1]) - self.failed
 
     def estimated_ns(self) -> float:
-        """Total time of all calls, from the timed sample of them."""
-        calls = self.count + self.failed
-        return self.ns * calls / self.sampled if self.sampled else 0.0
+        """Total time of all calls: the first as measured, the rest from the timed sample."""
+        later = self.count + self.failed - 1
+        scaled = self.ns * later / self.sampled if self.sampled else 0.0
+        return self.first_ns + scaled
 
 
-def _timed_class(cls: type, record: _Record) -> type:
+def _timed_class(cls: type[Any], record: _Record) -> type:
     """A subclass of `cls` whose `__next__` records into `record`.
 
     One class per tracked iterator, so that the per-call path reads its counter
@@ -135,10 +155,12 @@ def _timed_class(cls: type, record: _Record) -> type:
     base_next = cls.__next__
     clock = time.perf_counter_ns
     calls = record.calls
+    # A stage that waits on a thread or process costs far more per call than a timer.
+    mask = 0 if getattr(cls, "_STATS_ASYNC", False) else _SAMPLE_MASK
 
     def __next__(self: Any) -> Any:  # noqa: N807 - it is the iterator's __next__
         count = next(calls)
-        if count & _SAMPLE_MASK:
+        if count & mask:
             try:
                 return base_next(self)
             except BaseException:
@@ -151,8 +173,11 @@ def _timed_class(cls: type, record: _Record) -> type:
             record.failed += 1
             raise
         finally:
-            record.ns += clock() - start
-            record.sampled += 1
+            if count:
+                record.ns += clock() - start
+                record.sampled += 1
+            else:
+                record.first_ns = clock() - start
         if not count:
             record.spec = spec_of(value)
         return value
@@ -211,7 +236,11 @@ def collect(iterator: Any) -> PipelineStats:
         record = it.__dict__.get("_stats_record")
         if record is None:
             return
-        inner = sum(_total_ns(p) for p in parents if "_stats_record" in p.__dict__)
+        is_async = getattr(it, "_STATS_ASYNC", False)
+        # An async stage's parents run in another thread or process, not inside its calls.
+        inner = (
+            0.0 if is_async else sum(_total_ns(p) for p in parents if "_stats_record" in p.__dict__)
+        )
         total = _total_ns(it)
         stage = StageStats(
             name=_stage_name(it),
@@ -220,6 +249,7 @@ def collect(iterator: Any) -> PipelineStats:
             self_ns=round(max(0.0, total - inner)),
             spec=record.spec,
             depth=depth,
+            waits_on_background=is_async,
         )
         if hasattr(it, "read_cpu_s"):
             stage.waiting_s = it.waited_s
