@@ -145,9 +145,9 @@ def leaf_spec(path: Path, leaf: Any) -> ShapeDtypeStruct:
     if isinstance(leaf, np.ndarray | np.generic):
         return ShapeDtypeStruct(leaf.shape, leaf.dtype)
     # bool before int: bool is a subclass of int.
-    for kind, dtype in _PYTHON_SCALARS:
+    for kind, scalar_dtype in _PYTHON_SCALARS:
         if isinstance(leaf, kind):
-            return ShapeDtypeStruct((), dtype)
+            return ShapeDtypeStruct((), scalar_dtype)
     shape, dtype = getattr(leaf, "shape", None), getattr(leaf, "dtype", None)
     if shape is not None and dtype is not None:
         return ShapeDtypeStruct(shape, dtype)

@@ -320,7 +320,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
         self._pool: DaemonPool | None = None
         self._slots: list[_Slot | None] = [None] * self._cycle
         # Datasets next_dataset, next_dataset + 1, ... being opened before a slot needs them.
-        self._ahead: collections.deque[Future] = collections.deque()
+        self._ahead: collections.deque[Future | None] = collections.deque()
         self._next_dataset = 0
         self._slot = 0
         self._started = False

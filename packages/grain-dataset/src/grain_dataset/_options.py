@@ -103,6 +103,11 @@ class DatasetOptions:
     """
 
     __slots__ = ("_given", *_DEFAULTS)
+    # Declared for type checkers: __init__ sets them through object.__setattr__.
+    _given: frozenset[str]
+    filter_warn_threshold_ratio: float | None
+    filter_raise_threshold_ratio: float | None
+    execution_tracking_mode: ExecutionTrackingMode
 
     def __init__(
         self,

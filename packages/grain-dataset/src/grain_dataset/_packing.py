@@ -94,7 +94,9 @@ def _path_text(path: tuple[Any, ...]) -> str:
     return _subscript(path) or "(the whole element)"
 
 
-def _flatten_lengths(node: Any, path: tuple[Any, ...], out: list[tuple[tuple[Any, ...], int]]):
+def _flatten_lengths(
+    node: Any, path: tuple[Any, ...], out: list[tuple[tuple[Any, ...], int]]
+) -> None:
     if isinstance(node, Mapping):
         if not node:
             raise ValueError(f"`length_struct{_subscript(path)}` is an empty dict: name a feature.")
@@ -191,7 +193,9 @@ class Layout:
         self._walk(element, self.skeleton, element, (), out)
         return out
 
-    def _walk(self, node: Any, skeleton: Any, element: Any, path: tuple[Any, ...], out: list):
+    def _walk(
+        self, node: Any, skeleton: Any, element: Any, path: tuple[Any, ...], out: list
+    ) -> None:
         if isinstance(skeleton, Mapping):
             if not isinstance(node, Mapping) or node.keys() != skeleton.keys():
                 self._structure_error(node, skeleton, element, path)
@@ -546,7 +550,8 @@ class _PackIterator(DatasetIterator[Any]):
             fits = room >= size
         else:
             need = lengths if self._columns == self._count else [*lengths, 1]
-            fits = (self._remaining >= np.array(need, dtype=np.int64)).all(axis=1)
+            # all(axis=1) of a 2-D array is a 1-D array (numpy types it as possibly a scalar).
+            fits = (self._remaining >= np.array(need, dtype=np.int64)).all(axis=1)  # type: ignore[assignment]
             if self._best_fit:
                 score = np.where(fits, self._room, _NO_FIT)
                 chosen = int(score.argmin())
@@ -627,7 +632,8 @@ class _PackIterator(DatasetIterator[Any]):
     def _start_flush(self) -> None:
         order = list(range(self._used))
         if self._dataset._shuffle_bins and len(order) > 1:
-            rng = element_rng(self._dataset._seed, self._group)
+            # shuffle_bins always comes with a seed (see __init__).
+            rng = element_rng(self._dataset._seed, self._group)  # type: ignore[arg-type]
             order = rng.permutation(len(order)).tolist()
         self._order = order
         self._emitted = 0

@@ -14,6 +14,7 @@ under a numbered branch, then continues with itself:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -33,7 +34,7 @@ def chain_lines(dataset: Any, indent: str = "") -> list[str]:
     # Walk up the single-parent chain iteratively: pipelines can be long.
     while True:
         chain.append(stage)
-        parents = getattr(stage, "_parents", ())
+        parents: Sequence[Any] = getattr(stage, "_parents", ())
         if len(parents) != 1:
             break
         stage = parents[0]

@@ -110,6 +110,7 @@ def _read_chunk(
     and nothing of the chunk is lost.
     """
     cpu, wall = time.thread_time(), time.perf_counter()
+    error: Exception | None
     try:
         values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
     except Exception as first_error:
@@ -117,8 +118,8 @@ def _read_chunk(
         for index in range(start, stop):
             try:
                 values.append(dataset._getitem(index))
-            except Exception as error:
-                return values, error, time.thread_time() - cpu, time.perf_counter() - wall
+            except Exception as element_error:
+                return values, element_error, time.thread_time() - cpu, time.perf_counter() - wall
         values, error = [], first_error
     else:
         error = None
@@ -246,7 +247,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         while (
             self._read_pos < self._length
             and self._in_flight < limit
-            and len(self._pending) < self._tuner.width
+            and len(self._pending) < self._tuner.width  # type: ignore[union-attr] # threads
         ):
             size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
             start, stop = self._read_pos, self._read_pos + size
@@ -268,7 +269,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             values, error, cpu, wall = future.result()
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
-            self._tuner.record(stop - start, waited)
+            self._tuner.record(stop - start, waited)  # type: ignore[union-attr] # threads
             self._submit()
         else:
             if self._read_pos >= self._length:

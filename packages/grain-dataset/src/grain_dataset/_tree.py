@@ -58,6 +58,7 @@ def _rebuild_mapping(kind: type, result: dict) -> Any:
 
 
 def _stack_leaves(path: tuple[Any, ...], leaves: list[Any]) -> np.ndarray:
+    result: np.ndarray | None
     first = leaves[0]
     if isinstance(first, bytes) and all(isinstance(leaf, bytes) for leaf in leaves):
         # numpy's fixed-width bytes dtype drops trailing NUL bytes on reading: keep the objects.

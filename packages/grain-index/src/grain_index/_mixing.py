@@ -44,8 +44,8 @@ def integer_weights(weights: Sequence[float]) -> tuple[int, ...]:
     values = _validate.finite_weights(weights)
     fractions = [Fraction(w).limit_denominator(_EXACT_DENOMINATOR) for w in values]
     if all(abs(float(f) - w) <= 1e-12 * w for f, w in zip(fractions, values, strict=True)):
-        total = sum(fractions)
-        shares = [f / total for f in fractions]
+        fraction_total = sum(fractions)
+        shares = [f / fraction_total for f in fractions]
         denominator = math.lcm(*(share.denominator for share in shares))
         if denominator <= MAX_PERIOD:
             return tuple(int(share * denominator) for share in shares)
@@ -61,10 +61,10 @@ def _tables(weights: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     period = sum(weights)
     parts = []
     for component, w in enumerate(weights):
-        k = np.arange(w, dtype=np.int64)
-        release = k * period // w
-        deadline = ((k + 1) * period - 1) // w
-        parts.append(np.stack([release, deadline, np.full(w, component), k], axis=1))
+        ranks = np.arange(w, dtype=np.int64)
+        releases = ranks * period // w
+        deadlines = ((ranks + 1) * period - 1) // w
+        parts.append(np.stack([releases, deadlines, np.full(w, component), ranks], axis=1))
     events = np.concatenate(parts)
     events = events[np.argsort(events[:, 0], kind="stable")].tolist()
     component_at = np.empty(period, dtype=np.int64)

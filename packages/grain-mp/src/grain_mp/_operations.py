@@ -172,7 +172,7 @@ def strip_metadata(item: Record) -> Any:
     return item.data
 
 
-def as_list(items: list[Any]) -> list[Any]:
+def as_list(items: Sequence[Any]) -> Sequence[Any]:
     """The `batch_fn` that groups a chunk's surviving items without combining them."""
     return items
 

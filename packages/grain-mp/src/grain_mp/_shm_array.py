@@ -65,7 +65,7 @@ __all__ = ["SharedMemoryArray", "SharedMemoryArrayMetadata"]
 
 def _as_shape(shape: SupportsIndex | Iterable[SupportsIndex]) -> tuple[int, ...]:
     try:
-        dims = (operator.index(shape),)  # type: ignore[arg-type]
+        dims: tuple[int, ...] = (operator.index(shape),)  # type: ignore[arg-type]
     except TypeError:
         dims = tuple(operator.index(dim) for dim in shape)  # type: ignore[union-attr]
     if any(dim < 0 for dim in dims):
@@ -290,9 +290,10 @@ class SharedMemoryArray(np.ndarray):
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
         return self.view(np.ndarray).__reduce_ex__(protocol)
 
-    def __copy__(self) -> np.ndarray:
+    # A copy is deliberately a plain ndarray, not a SharedMemoryArray (numpy types it as Self).
+    def __copy__(self) -> np.ndarray:  # type: ignore[override]
         # Like pickling: a copy is new memory, so it is a plain array that owns nothing.
         return np.array(self, copy=True, subok=False)
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> np.ndarray:
+    def __deepcopy__(self, memo: dict[int, Any]) -> np.ndarray:  # type: ignore[override]
         return np.array(self, copy=True, subok=False)

@@ -46,8 +46,8 @@ def record_indices(values: Any, length: int, source: object) -> np.ndarray:
             f"{indices.dtype}."
         )
     if indices.dtype.kind == "u" and indices.size and int(indices.max()) >= length:
-        bad = int(indices[indices >= length][0])
-        record_index(bad, length, source)
+        too_large = int(indices[indices >= length][0])
+        record_index(too_large, length, source)
     indices = indices.astype(np.int64, copy=False)
     negative = indices < 0
     if negative.any():

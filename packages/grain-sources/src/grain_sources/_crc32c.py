@@ -107,7 +107,7 @@ def _choose() -> Any:
     try:
         import google_crc32c
     except ImportError:  # pragma: no cover - depends on the environment
-        google_crc32c = None
+        google_crc32c = None  # type: ignore[assignment]
     # google-crc32c may itself fall back to a per-byte Python loop; ours is faster then.
     if google_crc32c is not None and getattr(google_crc32c, "implementation", "") == "c":
         fast = google_crc32c.value
