@@ -352,6 +352,9 @@ class _Worker:
 
 
 class _MultiprocessIterator(DatasetIterator[Any]):
+    # For statistics: its calls wait on the worker processes.
+    _STATS_ASYNC = True
+
     def __init__(self, dataset: MultiprocessPrefetchIterDataset):
         super().__init__()
         self._dataset = dataset
@@ -388,7 +391,8 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         self._released = [[] for _ in range(self._count)]
         self._held: list[set[str]] = [set() for _ in range(self._count)]
         self._by_pid: dict[int, int] = {}
-        ctx = multiprocessing.get_context(dataset._method)
+        # typeshed's BaseContext lacks Process; the context of any start method has it.
+        ctx: Any = multiprocessing.get_context(dataset._method)
         if dataset._method == "fork":
             # Started before forking, the tracker is shared with the workers (RECIPES §8).
             resource_tracker.ensure_running()
