@@ -29,7 +29,7 @@ import struct
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import resource_tracker, shared_memory
-from typing import Any, SupportsIndex, TypeAlias
+from typing import Any, SupportsIndex, TypeAlias, cast
 
 import numpy as np
 
@@ -255,7 +255,7 @@ def _create_segment(name: str | None, elements: Iterable[Any]) -> shared_memory.
             f"name, or name=None to let SharedMemoryDataSource pick a fresh one."
         ) from None
     try:
-        buffer = shm.buf
+        buffer = cast(memoryview, shm.buf)  # set for as long as shm is open
         _HEADER.pack_into(buffer, 0, _MAGIC, _VERSION, 0, n, payload_bytes.nbytes)
         np.frombuffer(buffer, "<i8", n + 1, _HEADER.size)[:] = offsets
         np.frombuffer(buffer, np.uint8, n, _HEADER.size + 8 * (n + 1))[:] = tags
