@@ -6,6 +6,7 @@ directory is first on sys.path), so it works in the throwaway upstream venv too.
 
 from __future__ import annotations
 
+import argparse
 import importlib.metadata
 import importlib.util
 import os
@@ -40,6 +41,20 @@ def parse_case_sizes(text: str, cases: Iterable[str]) -> dict[str, int]:
             raise SystemExit(f"--case-size: expected CASE=N with CASE in {known}: {item!r}")
         sizes[name] = int(size)
     return sizes
+
+
+def checked_cases(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, cases: Iterable[str]
+) -> list[str]:
+    """The ``--cases`` names, after checking them and ``--repeats``/``--size`` (exits if bad)."""
+    known = list(cases)
+    names = [name for name in args.cases.split(",") if name]
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        parser.error(f"--cases: unknown {unknown}; choose from {known}")
+    if args.repeats < 1 or args.size < 1:
+        parser.error("--repeats and --size must be positive")
+    return names
 
 
 def json_stdout() -> TextIO:

@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from _bench_common import grain_version, implementation, json_stdout, parse_case_sizes
+from _bench_common import (
+    checked_cases,
+    grain_version,
+    implementation,
+    json_stdout,
+    parse_case_sizes,
+)
 
 import grain
 
@@ -218,12 +224,7 @@ def main() -> None:
         "--case-size", default="", help="per-case sizes overriding --size: CASE=N[,CASE=N]"
     )
     args = parser.parse_args()
-    names = [name for name in args.cases.split(",") if name]
-    unknown = [name for name in names if name not in CASES]
-    if unknown or not names:
-        parser.error(f"--cases: unknown {unknown}; choose from {list(CASES)}")
-    if args.repeats < 1 or args.size < 1:
-        parser.error("--repeats and --size must be positive")
+    names = checked_cases(parser, args, CASES)
     sizes = parse_case_sizes(args.case_size, CASES)
     out = json_stdout()
     machine = {
