@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import numpy as np
 
 from grain_dataset import _state_file
+from grain_dataset._guard import guard, unguard
 from grain_index import _validate, derive_seed
 
 if TYPE_CHECKING:
@@ -481,7 +482,11 @@ class DatasetIterator(Iterator[T], abc.ABC):
             def set_state(self, state):
                 self._next = state["next"]
 
-    Iterators are not thread-safe: use each from one thread at a time.
+    Threads: the iterator you hold serializes ``next()``, ``get_state()``,
+    ``set_state()`` and ``close()``: two threads calling ``next()`` get
+    distinct elements, together exactly the single-threaded stream (see
+    "Thread safety" in docs/troubleshooting.md). The iterators of the stages
+    inside it are called by their child only.
     """
 
     def __init__(self, parents: Any = ()):
@@ -494,6 +499,9 @@ class DatasetIterator(Iterator[T], abc.ABC):
                     f"got {type(parent).__name__}."
                 )
             _adopt(self._ctx, parent)
+        # Until another iterator adopts it, this is the one its user calls: one thread
+        # at a time inside it (see grain_dataset._guard).
+        guard(self)
 
     def __getattr__(self, name: str) -> Any:
         # Only reached when normal lookup fails, e.g. a subclass skipped our __init__.
@@ -576,6 +584,7 @@ def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
     """Makes `iterator` and its ancestors share `ctx`, merging their options into it."""
     if "_parents" not in iterator.__dict__:
         raise _missing_attribute(iterator, "_parents")
+    unguard(iterator)  # a parent is called by its child only, from one thread at a time
     own = iterator.__dict__.get("_ctx")
     if own is ctx:
         return

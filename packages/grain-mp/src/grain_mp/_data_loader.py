@@ -53,6 +53,7 @@ import numpy as np
 
 from grain_dataset import ReadOptions
 from grain_dataset._base import INFINITE
+from grain_dataset._guard import add_lock, serialized
 from grain_index import ShardOptions
 from grain_mp._operations import (
     Plan,
@@ -372,7 +373,7 @@ class DataLoader:
                 f"this is not a DataLoader state: expected the keys {sorted(_STATE_KEYS)}, "
                 f"got {sorted(state)}. Pass what `get_state()` returned, unmodified."
             )
-        if state["version"] != STATE_VERSION:
+        if type(state["version"]) is not int or state["version"] != STATE_VERSION:
             raise ValueError(
                 f"DataLoader state version {state['version']!r} is not supported; this "
                 f"version reads version {STATE_VERSION}."
@@ -475,10 +476,13 @@ class PyGrainDatasetIterator(Iterator[Any]):
         self._loader = loader
         self._resume: tuple[int, int, int] = (0, 0, 0)
         self._run: _Run | None = None
+        # One thread at a time in next/get_state/set_state/close (grain_dataset._guard).
+        add_lock(self)
 
     def __iter__(self) -> PyGrainDatasetIterator:
         return self
 
+    @serialized
     def __next__(self) -> Any:
         run = self._run
         if run is None:
@@ -493,11 +497,13 @@ class PyGrainDatasetIterator(Iterator[Any]):
             self._close_run(before)
             raise
 
+    @serialized
     def get_state(self) -> bytes:
         """The position as JSON bytes; pass them to `set_state` of any iterator of this loader."""
         position = self._resume if self._run is None else self._run.position()
         return self._loader._encode_state(position)
 
+    @serialized
     def set_state(self, state: bytes | str | dict[str, Any]) -> None:
         """Moves to the position `state` (from `get_state`) describes; checks it fits."""
         position = self._loader._decode_state(state)
@@ -511,6 +517,7 @@ class PyGrainDatasetIterator(Iterator[Any]):
             self._resume = run.position() if position is None else position
             run.close()
 
+    @serialized
     def close(self) -> None:
         """Stops the worker processes and reading threads; iterating again restarts them."""
         self._close_run()

@@ -1,0 +1,103 @@
+"""One thread at a time inside the iterator its user holds.
+
+The stages of a pipeline keep positions and buffers that two threads inside
+`next()` at once would corrupt: elements handed out twice or skipped, random
+numbers drawn twice, a consumer waiting forever on a producer that another
+consumer already stopped, worker pipes read by two threads. So the iterator the
+user calls (the *outermost*: one that no other iterator reads from) serializes
+its `__next__`, `get_state`, `set_state` and `close`: a second thread calling
+any of them waits until the first has returned. Two threads taking elements
+from one iterator therefore each get distinct elements, together exactly the
+single-threaded stream, and a state taken from another thread (a checkpoint) is
+always one between two elements. The lock is reentrant: a stage whose `next()`
+calls its own `get_state()` never waits on itself.
+
+How, without a cost on every stage: `DatasetIterator.__init__` switches the
+new iterator to a subclass of its class whose four methods take a lock
+(`guard`); when another iterator adopts it as a parent it switches back
+(`unguard`), since only its child calls it then, from one thread at a time.
+Only the outermost iterator pays: one uncontended RLock and one more Python
+call per `next()`, about 0.2 microseconds on a 2-core VM. That shows only where
+the outermost stage hands out trivial elements one by one (a list read by
+`to_iter_dataset`: 4.3 M elements/s became 2.2 M/s); batched or real work hides
+it (map + batch: 2.68 M elements/s before, 2.6 M/s after). The subclass has the same name,
+module and qualified name (reprs and messages do not change), and `isinstance`
+checks hold. `serialized` gives other iterator classes (the DataLoader's) the
+same guard.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_GUARDED_METHODS = ("__next__", "get_state", "set_state", "close")
+_VARIANT = "_grain_guarded_variant"  # in a class's own __dict__: its guarded subclass
+_BASE = "_grain_guarded_base"  # in a guarded subclass's own __dict__: the class it guards
+
+
+def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`method` holding the iterator's lock, ``self._call_lock`` (an RLock; `add_lock`).
+
+    Another thread waits until the call returns; a nested call from the same
+    thread (a stage's `__next__` calling its own `get_state`) runs at once.
+    """
+    if method.__name__ == "__next__":  # the hot one: no *args, no context manager
+
+        @functools.wraps(method)
+        def next_(self: Any) -> Any:
+            lock = self._call_lock
+            lock.acquire()
+            try:
+                return method(self)
+            finally:
+                lock.release()
+
+        return next_
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._call_lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+def add_lock(iterator: Any) -> None:
+    """Gives `iterator` the lock its `serialized` methods take."""
+    iterator.__dict__["_call_lock"] = threading.RLock()
+
+
+def _variant(cls: type) -> type:
+    variant = cls.__dict__.get(_VARIANT)
+    if variant is None:
+        namespace: dict[str, Any] = {
+            name: serialized(getattr(cls, name))
+            for name in _GUARDED_METHODS
+            if callable(getattr(cls, name, None))
+        }
+        namespace.update({_BASE: cls, "__module__": cls.__module__, "__slots__": ()})
+        variant = type(cls)(cls.__name__, (cls,), namespace)
+        variant.__qualname__ = cls.__qualname__
+        type.__setattr__(cls, _VARIANT, variant)
+    return variant
+
+
+def guard(iterator: Any) -> None:
+    """Serializes the calls into `iterator` (see the module docstring); idempotent."""
+    cls = type(iterator)
+    if _BASE in cls.__dict__:
+        return
+    variant = _variant(cls)
+    add_lock(iterator)
+    iterator.__class__ = variant
+
+
+def unguard(iterator: Any) -> None:
+    """Undoes `guard`: `iterator` became another iterator's parent."""
+    base = type(iterator).__dict__.get(_BASE)
+    if base is not None:
+        iterator.__class__ = base
+        iterator.__dict__.pop("_call_lock", None)
