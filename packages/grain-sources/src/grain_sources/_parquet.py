@@ -96,7 +96,9 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
         self._batch_rows = batch_rows
         try:
             metadata = pq.read_metadata(self._path)
-        except (OSError, ValueError) as error:
+        except (FileNotFoundError, PermissionError, MemoryError):
+            raise
+        except Exception as error:  # a damaged footer raises many pyarrow error types
             raise ValueError(
                 f"{self._path!r} is not a readable Parquet file ({error}): pass a file "
                 "written by a Parquet writer (e.g. pyarrow.parquet.write_table)."
@@ -175,14 +177,28 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
     def _load(self, row: int) -> None:
         """Converts the chunk of rows starting at `row` (reading its row group if needed)."""
         group = int(np.searchsorted(self._ends, row, side="right"))
-        if group != self._group:
-            if self._file is None:
-                self._file = _pyarrow_parquet().ParquetFile(self._path)
-            self._table = None  # let the previous row group go before reading the next
-            self._table = self._file.read_row_group(group, columns=self._columns)
-            self._group = group
-        start = int(self._ends[group]) - self._table.num_rows
-        self._chunk = self._table.slice(row - start, self._batch_rows).to_pylist()
+        try:
+            if group != self._group:
+                if self._file is None:
+                    # Pages written with checksums (write_page_checksum=True) are verified.
+                    self._file = _pyarrow_parquet().ParquetFile(
+                        self._path, page_checksum_verification=True
+                    )
+                self._table = None  # let the previous row group go before reading the next
+                self._group = -1
+                self._table = self._file.read_row_group(group, columns=self._columns)
+                self._group = group
+            start = int(self._ends[group]) - self._table.num_rows
+            self._chunk = self._table.slice(row - start, self._batch_rows).to_pylist()
+        except (FileNotFoundError, PermissionError, IsADirectoryError, MemoryError):
+            raise
+        except Exception as error:
+            # Damaged data surfaces as many pyarrow errors (OSError, ArrowInvalid,
+            # UnicodeDecodeError, ...) none of which names the file.
+            raise ValueError(
+                f"Parquet file {self._path!r} is corrupt: reading row {row} (row group "
+                f"{group}) failed with {type(error).__name__}: {error}"
+            ) from error
         self._chunk_start = row
 
     def __iter__(self) -> ParquetReader:

@@ -447,6 +447,11 @@ class SharedMemoryDataSource:
     _finalizer: weakref.finalize | None
 
     def __init__(self, elements: Iterable[Storable] = (), *, name: str | None = None) -> None:
+        if not isinstance(elements, Iterable):
+            raise TypeError(
+                f"`elements` of SharedMemoryDataSource must be an iterable (a list, say) of "
+                f"{_ALLOWED} values, got {type(elements).__name__}."
+            )
         segment = _create_segment(name, elements)
         self._state = _State(segment.name, 0, segment.size, owner_pid=os.getpid(), segment=segment)
         # Registered before mapping, so that a failed mapping still unlinks.

@@ -55,6 +55,15 @@ class CorruptRecordError(ValueError):
         self.path = path
         self.offset = offset
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Picklable, so that the error crosses from a worker process intact: rebuilt
+        # from its message (args) and attributes, without calling __init__ again.
+        return (_rebuild_error, (type(self), self.args), self.__dict__)
+
+
+def _rebuild_error(cls: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    return cls.__new__(cls, *args)
+
 
 class TruncatedRecordError(CorruptRecordError):
     """A TFRecord file that ends in the middle of a record (e.g. an interrupted copy)."""
