@@ -14,11 +14,13 @@ docs/examples/*.py runs in test_train_example.py.
 """
 
 import asyncio
+import functools
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -129,11 +131,14 @@ def double(x):
     return 2 * x
 
 
-def make_pipeline():
-    def scale(x):  # a closure: fork copies it, spawn would have to pickle it
-        return x * 2
+def add_under(lock, x):
+    with lock:
+        return x + 1
 
-    return grain.MapDataset.range(3).map(scale).to_iter_dataset()
+
+def make_pipeline():
+    # A lock: fork copies it, spawn would have to pickle it.
+    return grain.MapDataset.range(3).map(functools.partial(add_under, threading.Lock()))
 
 
 def _messages(tmp_path, monkeypatch):
@@ -159,7 +164,7 @@ def _messages(tmp_path, monkeypatch):
     options = grain.MultiprocessingOptions(num_workers=2)
     with monkeypatch.context() as patch:
         patch.setenv("GRAIN_MP_START_METHOD", "spawn")
-        expect(TypeError, lambda: make_pipeline().mp_prefetch(options))
+        expect(TypeError, lambda: make_pipeline().to_iter_dataset().mp_prefetch(options))
     ds = grain.MapDataset.range(10)
     expect(
         ValueError,

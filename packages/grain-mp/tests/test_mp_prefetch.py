@@ -212,12 +212,41 @@ def test_keyboard_interrupt_while_waiting_stops_cleanly():
     assert _our_segments() == []
 
 
+def _add_under(lock, x):
+    with lock:
+        return x + 1
+
+
 def test_spawn_names_an_unpicklable_stage_before_any_worker_starts(monkeypatch):
     monkeypatch.setenv("GRAIN_MP_START_METHOD", "spawn")
-    ds = MapDataset.range(10).map(_double).to_iter_dataset().map(lambda x: x + 1)
-    with pytest.raises(TypeError, match=r"MapIterDataset.*cannot be pickled"):
+    locked = functools.partial(_add_under, threading.Lock())  # a lock cannot be pickled
+    ds = MapDataset.range(10).map(_double).to_iter_dataset().map(locked)
+    with pytest.raises(TypeError, match=r"MapIterDataset.*cannot be pickled.*=fork"):
         ds.mp_prefetch(_options(2))
     assert not multiprocessing.active_children()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_workers_that_do_not_fork_run_lambdas_and_closures(monkeypatch, tmp_path, method):
+    monkeypatch.setenv("GRAIN_MP_START_METHOD", method)
+    offset = 100
+    ds = MapDataset.range(20).map(lambda x: x + offset).to_iter_dataset()
+    ds = ds.filter(lambda x: x % 3 != 0).mp_prefetch(
+        _options(2),  # the init fn runs in each worker
+        worker_init_fn=lambda index, count: (tmp_path / f"{index}-of-{count}").touch(),
+    )
+    got = list(ds)  # filtered per worker: round robin is not the one-process order
+    assert sorted(got) == [x + 100 for x in range(20) if (x + 100) % 3 != 0]
+    assert got == list(ds)  # and the same in every run
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["0-of-2", "1-of-2"]
+    assert _no_children_left()
+
+
+def test_a_start_method_that_does_not_exist_is_named(monkeypatch):
+    monkeypatch.setenv("GRAIN_MP_START_METHOD", "vfork")
+    with pytest.raises(ValueError, match=r"GRAIN_MP_START_METHOD='vfork'.*forkserver"):
+        MapDataset.range(4).to_iter_dataset().mp_prefetch(_options(2))
 
 
 def test_spawn_runs_a_picklable_pipeline(monkeypatch):

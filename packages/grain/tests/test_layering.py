@@ -28,7 +28,8 @@ DEPENDENCIES = {
     "grain-index": {"numpy"},
     "grain-sources": {"numpy", "array-record"},
     "grain-dataset": {"grain-index", "grain-sources"},
-    "grain-mp": {"grain-dataset"},
+    # cloudpickle: workers that do not fork (ArrayRecord pipelines) get lambdas too.
+    "grain-mp": {"grain-dataset", "cloudpickle"},
     "grain-jax": {"grain-dataset", "grain-mp", "jax", "orbax-checkpoint"},
     "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-jax"},
 }

@@ -30,9 +30,10 @@ segments. Everything but large arrays is pickled. Segment names say which run
 owns them, so a start sweeps away what killed runs left (`grain_mp._sweep`).
 
 Processes. Workers are forked (fast: the first element does not wait for a
-fresh interpreter to import everything) unless ``GRAIN_MP_START_METHOD`` says
-``spawn`` or ``forkserver``; then the pipeline is pickled before any worker
-starts, and an unpicklable stage is named. Workers ignore SIGINT (Ctrl-C is the
+fresh interpreter to import everything), except for pipelines that read
+ArrayRecord files, whose reader does not survive fork: their workers start from
+Python's fork server, the pipeline pickled by cloudpickle (`grain_mp._start`,
+which also reads ``GRAIN_MP_START_METHOD``). Workers ignore SIGINT (Ctrl-C is the
 parent's), exit when the parent goes away, and are daemons. An error in a
 worker reaches the parent with the worker's traceback, and stops the others; a
 worker that dies without a word (SIGKILL, OOM) is reported with its exit code
@@ -60,11 +61,10 @@ from typing import Any
 from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset._prefetch import set_worker_slice
 from grain_dataset._state import check_state
+from grain_mp import _start
 from grain_mp._options import MultiprocessingOptions
-from grain_mp._sweep import parse_segment_name, sweep_dead_segments
+from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
 from grain_mp._transport import SegmentPool, SegmentReader
-
-_START_METHOD_ENV = "GRAIN_MP_START_METHOD"
 
 
 def _start_quietly(process: multiprocessing.process.BaseProcess) -> None:
@@ -83,6 +83,16 @@ def _start_quietly(process: multiprocessing.process.BaseProcess) -> None:
 
 
 _POLL_S = 0.5
+# What a worker that crashed in native code is told, with the known cause and its fixes.
+_NATIVE_CRASH = (
+    "(a crash in native code). Some C++ libraries do not survive fork: ArrayRecord's "
+    "reader (riegeli) crashes or hangs in forked workers once the parent has opened an "
+    "ArrayRecord file, and grain therefore starts the workers of pipelines over an "
+    "ArrayRecordDataSource from a fork server, unless told to fork. If this pipeline "
+    "reads such files (or uses another native library) through its own code, start the "
+    f"workers with {_start.START_METHOD_ENV}=forkserver (or spawn); the main script must "
+    "then build and iterate the pipeline under `if __name__ == '__main__':`. "
+)
 # Segments a worker may have lent beyond its buffer: elements the consumer still
 # holds (zero-copy arrays); past that, elements are pickled instead.
 _HELD_BY_CONSUMER = 4
@@ -124,44 +134,6 @@ def mp_prefetch(
     return MultiprocessPrefetchIterDataset(parent, options, worker_init_fn)
 
 
-def _start_method() -> str:
-    method = os.environ.get(_START_METHOD_ENV, "fork")
-    if method not in multiprocessing.get_all_start_methods():
-        raise ValueError(
-            f"{_START_METHOD_ENV}={method!r} is not a start method here: use one of "
-            f"{multiprocessing.get_all_start_methods()}."
-        )
-    return method
-
-
-def _check_picklable(dataset: IterDataset[Any], worker_init_fn: Any) -> None:
-    """Raises a TypeError naming the first stage (from the source) that cannot be pickled."""
-    try:
-        pickle.dumps((dataset, worker_init_fn))
-        return
-    except Exception as error:  # pickling raises many types: name the culprit instead
-        first_error = error
-    order: list[Any] = []
-    pending = [dataset]
-    while pending:
-        stage = pending.pop()
-        order.append(stage)
-        pending.extend(getattr(stage, "_parents", ()))
-    for stage in reversed(order):  # sources first: the first failure is the culprit
-        try:
-            pickle.dumps(stage)
-        except Exception as error:
-            raise TypeError(
-                f"mp_prefetch must pickle the pipeline for its worker processes, but the "
-                f"stage {stage!r} cannot be pickled ({type(error).__name__}: {error}). Use "
-                "module-level functions or classes instead of lambdas or closures, or the "
-                f"default fork start method ({_START_METHOD_ENV} unset)."
-            ) from error
-    raise TypeError(
-        f"mp_prefetch cannot pickle `worker_init_fn` {worker_init_fn!r}: {first_error}"
-    ) from first_error
-
-
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
     """The parent pipeline, run in `options.num_workers` processes (see the module doc)."""
 
@@ -179,9 +151,23 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         super().__init__(parent)
         self._options = options
         self._worker_init_fn = worker_init_fn
-        self._method = _start_method()
+        # The fork-unsafe reader that made the workers start without fork, if one did.
+        self._method, self._fork_unsafe = _start.choose_method(parent)
         if self._method != "fork":
-            _check_picklable(parent, worker_init_fn)
+            try:
+                _start.check_picklable(parent, worker_init_fn, self._start_cause)
+            except TypeError as error:
+                if self._fork_unsafe is None:
+                    raise  # the user asked for this method
+                _start.warn_forking_anyway(self._fork_unsafe, error)
+                self._method, self._fork_unsafe = "fork", None
+
+    @property
+    def _start_cause(self) -> str:
+        """Why the workers start the way they do, for messages."""
+        if self._fork_unsafe:
+            return f"because the pipeline reads {self._fork_unsafe}, which does not survive fork"
+        return f"as {_start.START_METHOD_ENV}={self._method} asks"
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _MultiprocessIterator(self)
@@ -220,8 +206,8 @@ def _worker_main(
     # parent, a read) per element was a third of the transport cost.
     group: list[tuple[Any, Any]] = []
     try:
-        if isinstance(dataset, bytes):
-            dataset = pickle.loads(dataset)
+        if isinstance(dataset, bytes):  # not forked: the pipeline and init fn, pickled
+            dataset, worker_init_fn = pickle.loads(dataset)
         if worker_init_fn is not None:
             worker_init_fn(worker_index, worker_count)
         set_worker_slice(worker_index, worker_count)
@@ -286,6 +272,9 @@ class _Credit:
     def __init__(self, conn: connection.Connection, parent_pid: int, pool: SegmentPool):
         self._conn = conn
         self._parent_pid = parent_pid
+        # The consumer is this process's parent when forked, not when started by a fork
+        # server (whose child it is): watch the parent it has now, and the consumer.
+        self._ppid = os.getppid()
         self._pool = pool
         self.left = 0  # credits not used yet
 
@@ -300,7 +289,7 @@ class _Credit:
     def wait(self) -> bool:
         """Receives one grant; False when the parent closed the pipe or is gone."""
         while not self._conn.poll(_POLL_S):
-            if os.getppid() != self._parent_pid:
+            if os.getppid() != self._ppid or not process_alive(self._parent_pid):
                 return False
         try:
             message = self._conn.recv_bytes()
@@ -319,8 +308,10 @@ def _send_error(out: connection.Connection, worker_index: int, error: BaseExcept
         blob: bytes | None = pickle.dumps(error)
     except Exception:  # an exception that cannot cross processes still gets its text across
         blob = None
+    # "TypeName: message", for the parent's RuntimeError if the error cannot be rebuilt there.
+    summary = "".join(traceback.format_exception_only(error)).strip()
     with contextlib.suppress(BrokenPipeError, EOFError, OSError):
-        out.send((_ERROR, blob, type(error).__name__, text))
+        out.send((_ERROR, blob, summary, text))
 
 
 class _Worker:
@@ -366,6 +357,9 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         initial = json.dumps(fresh.get_state())
         fresh.close()
         self._states: list[Any] = [json.loads(initial) for _ in range(count)]
+        # What every worker's state must be (a dict for every grain stage): a worker
+        # given None, say, would silently start its share from the beginning.
+        self._state_type = type(self._states[0])
         self._ended = [False] * count
         # Elements received in a group but not yet returned, per worker.
         self._inbox: list[collections.deque[tuple[Any, Any]]] = [
@@ -392,13 +386,14 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         self._held: list[set[str]] = [set() for _ in range(self._count)]
         self._by_pid: dict[int, int] = {}
         # typeshed's BaseContext lacks Process; the context of any start method has it.
-        ctx: Any = multiprocessing.get_context(dataset._method)
+        ctx = _start.context(dataset._method)
+        init_fn = dataset._worker_init_fn
         if dataset._method == "fork":
             # Started before forking, the tracker is shared with the workers (RECIPES §8).
             resource_tracker.ensure_running()
             payload: Any = dataset._parents[0]
         else:
-            payload = pickle.dumps(dataset._parents[0])
+            payload, init_fn = _start.dumps((dataset._parents[0], init_fn)), None
         workers: list[_Worker] = []
         try:
             for index in range(self._count):
@@ -412,7 +407,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                         payload,
                         index,
                         self._count,
-                        dataset._worker_init_fn,
+                        init_fn,
                         self._states[index],
                         out_write,
                         credit_read,
@@ -420,10 +415,16 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                         inherited if dataset._method == "fork" else [],
                         dataset._options.per_worker_buffer_size,
                     ),
-                    name=f"grain-worker-{index}",
+                    name=f"{_start.WORKER_NAME}-{index}",
                     daemon=True,
                 )
-                _start_quietly(process)
+                try:
+                    _start_quietly(process)
+                except Exception as error:
+                    if dataset._method == "fork":
+                        raise
+                    cause = dataset._start_cause
+                    raise _start.start_failed(error, dataset._method, cause) from error
                 out_write.close()
                 credit_read.close()
                 worker = _Worker(process, out_read, credit_write)
@@ -475,10 +476,23 @@ class _MultiprocessIterator(DatasetIterator[Any]):
             if code is not None and code < 0
             else f"exited with code {code}"
         )
+        crashed = code is not None and -code in (signal.SIGSEGV, signal.SIGBUS, signal.SIGABRT)
+        if crashed:
+            why = _NATIVE_CRASH
+        elif code is not None and code > 0 and self._dataset._method != "fork":
+            # Before its first word: it failed while importing the main script again.
+            why = (
+                f"(started by the {self._dataset._method!r} start method, "
+                f"{self._dataset._start_cause}, it imports the main script again: see its "
+                "output above; a script must build and iterate the pipeline under "
+                "`if __name__ == '__main__':`). "
+            )
+        else:
+            why = "(killed from outside, or out of memory). "
         raise RuntimeError(
             f"grain worker {index} of {self._count} {how} without reporting an error "
-            "(killed from outside, or out of memory). The other workers are stopped; "
-            "restore the last checkpoint to continue."
+            + why
+            + "The other workers are stopped; restore the last checkpoint to continue."
         )
 
     def __next__(self) -> Any:
@@ -531,14 +545,14 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         raise StopIteration
 
     def _raise_worker_error(self, index: int, message: tuple[Any, ...]) -> None:
-        _, blob, type_name, text = message
+        _, blob, summary, text = message
         self._stop()
         error: BaseException | None = None
         if blob is not None:
             with contextlib.suppress(Exception):
                 error = pickle.loads(blob)
         if not isinstance(error, BaseException):
-            error = RuntimeError(f"grain worker {index} raised {type_name}")
+            error = RuntimeError(f"grain worker {index} raised {summary}")
         note = f"grain worker {index} of {self._count} raised it; its traceback:\n{text.rstrip()}"
         error.add_note(note)
         raise error
@@ -560,6 +574,13 @@ class _MultiprocessIterator(DatasetIterator[Any]):
             )
         if state["next_worker"] >= self._count:
             raise ValueError(f"state['next_worker'] of {stage} must be < {self._count}.")
+        for index, entry in enumerate(workers):
+            if type(entry) is not self._state_type:
+                raise TypeError(
+                    f"state['parents'][{index}] of {stage} must be the state of worker "
+                    f"{index}'s pipeline, a {self._state_type.__name__} from get_state(), "
+                    f"got {type(entry).__name__}; the state is corrupt or from another pipeline."
+                )
         self._stop()
         self._next_worker = state["next_worker"]
         self._states = list(workers)
