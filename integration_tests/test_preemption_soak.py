@@ -1,8 +1,8 @@
 """The preemption soak (`soak/driver.py`): 20 SIGKILLs of a training loop, nothing lost.
 
-The driver kills `soak/train_loop.py` (mp_prefetch with 2 workers, started by a
-fork server, over ArrayRecord files; Orbax checkpoints every 8 steps; see the
-driver's docstring for why not fork) at random moments, during
+The driver kills `soak/train_loop.py` (mp_prefetch with 2 workers over
+ArrayRecord files, which grain starts from the fork server; Orbax checkpoints
+every 8 steps) at random moments, during
 start-up, inside steps and during checkpoint saves, restarts it from the latest
 complete checkpoint each time, and compares the consumed stream with an
 uninterrupted run. Its figures are printed (``pytest -s`` or ``-rA`` shows them).

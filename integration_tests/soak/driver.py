@@ -39,12 +39,12 @@ Every run starts in a new session (``start_new_session=True``), so ``os.killpg``
 reaches all of its processes; the driver makes itself a child subreaper, so the
 orphaned workers of a killed run are reparented to it and reaped.
 
-Workers start from a fork server by default (``--start-method``). Forked from the
-training script, which has read the ArrayRecord files' footers, they now and then
-hang or crash inside riegeli, ArrayRecord's C++ reader, whose background cleaner
-does not survive fork: about one run in 300 hung in this soak, and
-integration_tests/test_resilience_regressions.py pins the cause down. That is
-not a preemption matter, so the soak avoids it; ``--start-method fork`` runs it.
+Workers start as grain chooses by default (``--start-method auto``, i.e.
+``GRAIN_MP_START_METHOD`` unset): from the fork server, because the pipeline
+reads ArrayRecord files. Forked from the training script, which has opened those
+files, they crash or hang inside riegeli, ArrayRecord's C++ reader (this soak
+found it: about one run in 300 hung); ``--start-method fork`` forces that, and
+integration_tests/test_resilience_regressions.py pins the cause down.
 """
 
 from __future__ import annotations
@@ -173,7 +173,8 @@ class Run:
             **os.environ,
             "JAX_PLATFORMS": "cpu",
             "PYTHONUNBUFFERED": "1",
-            "GRAIN_MP_START_METHOD": args.start_method,
+            # "" leaves the choice to grain.
+            "GRAIN_MP_START_METHOD": "" if args.start_method == "auto" else args.start_method,
         }
         self.started = time.monotonic()
         self.started_wall = time.time()
@@ -496,8 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=pathlib.Path, default=None, help="kept if given")
     parser.add_argument(
         "--start-method",
-        default="forkserver",
-        choices=["fork", "forkserver", "spawn"],
+        default="auto",
+        choices=["auto", "fork", "forkserver", "spawn"],
         help="how the workers start (GRAIN_MP_START_METHOD); see the module docstring",
     )
     args = parser.parse_args(argv)
