@@ -78,8 +78,14 @@ def _key(element: Any) -> Any:
     return tuple(np.asarray(element).ravel().tolist())
 
 
-def _from_threads(iterator: Any, count: int) -> tuple[list[list[Any]], list[BaseException]]:
-    """Runs ``for x in iterator`` in `count` threads at once; what each got, and errors."""
+def _from_threads(
+    iterator: Any, count: int, pause: float = 0.0
+) -> tuple[list[list[Any]], list[BaseException]]:
+    """Runs ``for x in iterator`` in `count` threads at once; what each got, and errors.
+
+    `pause`: seconds each thread sleeps after an element, so that every thread gets
+    turns even where one could drain a fast pipeline within its GIL time slice.
+    """
     got: list[list[Any]] = [[] for _ in range(count)]
     errors: list[BaseException] = []
     start = threading.Barrier(count)
@@ -89,6 +95,8 @@ def _from_threads(iterator: Any, count: int) -> tuple[list[list[Any]], list[Base
         try:
             for element in iterator:
                 got[index].append(_key(element))
+                if pause:
+                    time.sleep(pause)
         except BaseException as error:
             errors.append(error)
 
@@ -109,7 +117,7 @@ def test_two_threads_calling_next_share_the_stream_exactly(make):
     expected = collections.Counter(_key(element) for element in make())
     iterator = iter(make())
     try:
-        got, errors = _from_threads(iterator, 2)
+        got, errors = _from_threads(iterator, 2, pause=0.0005)
     finally:
         iterator.close()
     assert not errors, errors
