@@ -153,9 +153,11 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._worker_init_fn = worker_init_fn
         # The fork-unsafe reader that made the workers start without fork, if one did.
         self._method, self._fork_unsafe = _start.choose_method(parent)
+        # Without fork: the pipeline and init fn as every start of the workers sends them.
+        self._payload: bytes | None = None
         if self._method != "fork":
             try:
-                _start.check_picklable(parent, worker_init_fn, self._start_cause)
+                self._payload = _start.pickled(parent, worker_init_fn, self._start_cause)
             except TypeError as error:
                 if self._fork_unsafe is None:
                     raise  # the user asked for this method
@@ -388,12 +390,13 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         # typeshed's BaseContext lacks Process; the context of any start method has it.
         ctx = _start.context(dataset._method)
         init_fn = dataset._worker_init_fn
-        if dataset._method == "fork":
+        payload: Any = dataset._payload
+        if payload is None:  # forked: the workers inherit the pipeline and the init fn
             # Started before forking, the tracker is shared with the workers (RECIPES §8).
             resource_tracker.ensure_running()
-            payload: Any = dataset._parents[0]
+            payload = dataset._parents[0]
         else:
-            payload, init_fn = _start.dumps((dataset._parents[0], init_fn)), None
+            init_fn = None  # inside the payload
         workers: list[_Worker] = []
         try:
             for index in range(self._count):

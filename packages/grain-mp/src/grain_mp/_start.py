@@ -151,14 +151,14 @@ def _unpicklable_stage(dataset: Any) -> tuple[Any, BaseException] | None:
     return None
 
 
-def check_picklable(dataset: Any, worker_init_fn: Any, why: str) -> None:
-    """Raises a TypeError naming the first stage (from the source) that cannot be pickled.
+def pickled(dataset: Any, worker_init_fn: Any, why: str) -> bytes:
+    """`(dataset, worker_init_fn)` pickled for the workers, once for all their starts.
 
-    `why` says why the pipeline must be pickled (the start method and its cause).
+    Raises a TypeError naming the first stage (from the source) that cannot be
+    pickled; `why` says why the pipeline must be (the start method and its cause).
     """
     try:
-        dumps((dataset, worker_init_fn))
-        return
+        return dumps((dataset, worker_init_fn))
     except Exception as error:  # pickling raises many types: name the culprit instead
         first_error = error
     found = _unpicklable_stage(dataset)
