@@ -43,6 +43,11 @@ class NotMultipleOfThree(FilterTransform):
         return x % 3 != 0
 
 
+class FirstNotMultipleOfFour(FilterTransform):
+    def filter(self, batch):
+        return int(batch[0]) % 4 != 0
+
+
 class AddIndex(MapWithIndex):
     def map_with_index(self, index, x):
         return x + 1000 * index
@@ -72,18 +77,43 @@ def iter_source(n=12):
 def test_same_as_the_dataset_methods(kind):
     source = MapDataset.range(12) if kind == "map" else iter_source()
     source = source.seed(7)
-    transforms = [Double(), NotMultipleOfThree(), AddIndex(), AddNoise(), Batch(batch_size=3)]
+    # A MapDataset cannot batch after a filter, so there the batch comes first.
+    if kind == "map":
+        transforms = [
+            Double(),
+            AddIndex(),
+            Batch(batch_size=3),
+            FirstNotMultipleOfFour(),
+            AddNoise(),
+        ]
+        manual = (
+            source.map(Double())
+            .map_with_index(AddIndex())
+            .batch(3)
+            .filter(FirstNotMultipleOfFour())
+            .random_map(AddNoise())
+        )
+    else:
+        transforms = [Double(), NotMultipleOfThree(), AddIndex(), AddNoise(), Batch(batch_size=3)]
+        manual = (
+            source.map(Double())
+            .filter(NotMultipleOfThree())
+            .map_with_index(AddIndex())
+            .random_map(AddNoise())
+            .batch(3)
+        )
     applied = apply_transformations(source, transforms)
-    manual = (
-        source.map(Double())
-        .filter(NotMultipleOfThree())
-        .map_with_index(AddIndex())
-        .random_map(AddNoise())
-        .batch(3)
-    )
     assert isinstance(applied, MapDataset if kind == "map" else IterDataset)
     assert as_lists(applied) == as_lists(manual)
     assert len(as_lists(applied)) > 1
+
+
+def test_batch_after_filter_on_a_map_dataset_is_refused_as_the_method_is():
+    transforms = [NotMultipleOfThree(), Batch(batch_size=3)]
+    with pytest.raises(ValueError, match="cannot follow"):
+        apply_transformations(MapDataset.range(12), transforms)
+    with pytest.raises(ValueError, match="cannot follow"):
+        MapDataset.range(12).apply(transforms)
 
 
 def test_order_matters():

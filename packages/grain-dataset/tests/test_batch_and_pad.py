@@ -100,8 +100,8 @@ def test_as_batch_fn_every_batch_has_batch_size_rows(kind):
         check_padded(batch, values, 4, 9)
 
 
-def test_filtered_positions_are_padded_over():
-    ds = MapDataset.range(6).filter(lambda i: i != 4)
+def test_filtered_elements_are_padded_over():
+    ds = MapDataset.range(6).filter(lambda i: i != 4).to_iter_dataset()
     pad = functools.partial(batch_and_pad, batch_size=3, pad_value=-1, mask_key=None)
     assert [b.tolist() for b in ds.batch(3, batch_fn=pad)] == [[0, 1, 2], [3, 5, -1]]
 

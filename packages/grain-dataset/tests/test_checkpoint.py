@@ -110,7 +110,7 @@ PIPELINES = {
         [2, 1],
     ),
     "map_batch_partial": lambda ro: (
-        MapDataset.range(23).filter(lambda x: x % 5).batch(4).to_iter_dataset(ro)
+        MapDataset.range(23).batch(4).filter(lambda b: b[0] % 8).to_iter_dataset(ro)
     ),
     "map_batch_drop_remainder_repeat": lambda ro: (
         MapDataset.range(23)

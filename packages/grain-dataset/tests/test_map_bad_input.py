@@ -264,9 +264,10 @@ def test_user_error_keeps_its_type_and_names_the_stage_when_iterating(stage, nam
 
 @pytest.mark.parametrize(("stage", "name"), STAGES.values(), ids=STAGES.keys())
 def test_user_error_keeps_its_type_and_names_the_stage_in_a_batched_read(stage, name):
-    ds = stage(MapDataset.range(6)).batch(4, batch_fn=list)
+    # Without threads, to_iter_dataset reads whole chunks through the vectorized path.
+    ds = stage(MapDataset.range(6)).to_iter_dataset(ReadOptions(num_threads=0))
     with pytest.raises(UserError) as error:
-        ds[0]
+        list(ds)
     _check(error, name)
 
 

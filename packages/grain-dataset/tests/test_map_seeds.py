@@ -180,8 +180,8 @@ def pipeline(seed):
         .seed(seed)
         .shuffle()
         .random_map(draw)
-        .filter(lambda x: x % 3 != 0)
         .batch(4, batch_fn=tuple)
+        .filter(lambda batch: sum(batch) % 3 != 0)
         .shuffle()
     )
 

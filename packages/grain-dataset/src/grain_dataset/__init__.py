@@ -68,7 +68,9 @@ from grain_dataset._transforms import FlatMapTransform as FlatMapTransform
 from grain_dataset._transforms import MapTransform as MapTransform
 from grain_dataset._transforms import MapWithIndex as MapWithIndex
 from grain_dataset._transforms import RandomMapTransform as RandomMapTransform
+from grain_dataset._transforms import TfRandomMap as TfRandomMap
 from grain_dataset._transforms import Transformation as Transformation
+from grain_dataset._transforms import Transformations as Transformations
 from grain_dataset._tree import stack as stack
 from grain_dataset._window_shuffle import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset._window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
@@ -107,7 +109,9 @@ __all__ = [
     "StageStats",
     "TFRecordIterDataset",
     "ThreadPrefetchIterDataset",
+    "TfRandomMap",
     "Transformation",
+    "Transformations",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",

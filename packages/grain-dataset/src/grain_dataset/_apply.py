@@ -7,15 +7,17 @@ moves to the other unchanged:
 
     grain.transforms.Map / MapTransform    ->  ds.map(t)
     grain.transforms.RandomMap             ->  ds.random_map(t)
+    grain.transforms.TfRandomMap           ->  ds.random_map(t)   (its np_random_map)
     grain.transforms.Filter                ->  ds.filter(t)
     grain.transforms.MapWithIndex          ->  ds.map_with_index(t)
     grain.transforms.Batch                 ->  ds.batch(t.batch_size, drop_remainder=...,
                                                         batch_fn=...)
     grain.experimental.FlatMapTransform    ->  FlatMapMapDataset / FlatMapIterDataset
 
-Plain callables are refused: a function says nothing about whether it maps,
-filters or takes an rng, so it must be wrapped in one of the classes (or
-passed to the dataset method directly).
+Plain callables are refused (an `UnsupportedTransformationError`, both a
+TypeError and the NotImplementedError Grain raises): a function says nothing
+about whether it maps, filters or takes an rng, so it must be wrapped in one of
+the classes (or passed to the dataset method directly).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import importlib
 from collections.abc import Sequence
 from typing import Any
 
-from grain_dataset._base import IterDataset, MapDataset
+from grain_dataset._base import IterDataset, MapDataset, register
 from grain_dataset._transforms import (
     Batch,
     FilterTransform,
@@ -32,6 +34,8 @@ from grain_dataset._transforms import (
     MapTransform,
     MapWithIndex,
     RandomMapTransform,
+    TfRandomMap,
+    UnsupportedTransformationError,
 )
 
 _ACCEPTED = (
@@ -41,7 +45,14 @@ _ACCEPTED = (
 
 # The protocols a transform object may implement; an object implementing two
 # is ambiguous and refused rather than silently applied one way.
-_PROTOCOLS = (MapTransform, RandomMapTransform, FilterTransform, MapWithIndex, FlatMapTransform)
+_PROTOCOLS = (
+    MapTransform,
+    RandomMapTransform,
+    TfRandomMap,
+    FilterTransform,
+    MapWithIndex,
+    FlatMapTransform,
+)
 
 
 def _flat_map(ds: Any, transform: FlatMapTransform) -> Any:
@@ -81,7 +92,7 @@ def _apply_one(ds: Any, transform: Any, where: str) -> Any:
         )
     if not matched:
         kind = "a plain callable" if callable(transform) else type(transform).__name__
-        raise TypeError(
+        raise UnsupportedTransformationError(
             f"apply_transformations: {where} is {kind} ({transform!r}), not a transform "
             f"object. Accepted: {_ACCEPTED}. Wrap a function in one of these classes, or "
             "call ds.map(fn) / ds.filter(fn) directly."
@@ -89,7 +100,7 @@ def _apply_one(ds: Any, transform: Any, where: str) -> Any:
     protocol = matched[0]
     if protocol is MapTransform:
         return ds.map(transform)
-    if protocol is RandomMapTransform:
+    if protocol is RandomMapTransform or protocol is TfRandomMap:
         return ds.random_map(transform)
     if protocol is FilterTransform:
         return ds.filter(transform)
@@ -98,6 +109,7 @@ def _apply_one(ds: Any, transform: Any, where: str) -> Any:
     return _flat_map(ds, transform)
 
 
+@register("apply")
 def apply_transformations(
     ds: MapDataset[Any] | IterDataset[Any], transformations: Any | Sequence[Any]
 ) -> Any:
@@ -119,8 +131,10 @@ def apply_transformations(
         [b.tolist() for b in ds]   # [[0, 2], [4, 6], [8]]
 
     Raises:
-      TypeError: `ds` is not a dataset, or an element of `transformations` is
-        not one of the transform classes (the message lists them).
+      TypeError: `ds` is not a dataset.
+      UnsupportedTransformationError: (a TypeError and a NotImplementedError) an
+        element of `transformations` is not one of the transform classes (the
+        message lists them).
       NotImplementedError: a FlatMapTransform, where no flat-map stage exists.
     """
     if not isinstance(ds, MapDataset | IterDataset):

@@ -18,6 +18,7 @@ and no import cycle can arise.
 from __future__ import annotations
 
 import abc
+import builtins
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import numpy as np
 
 from grain_dataset import _state_file
+from grain_dataset._config import config
 from grain_dataset._guard import guard, unguard
 from grain_index import _validate, derive_seed
 
@@ -332,17 +334,35 @@ class MapDataset(_Dataset, Generic[T]):
         """
         return _build("shuffle", self, seed)
 
-    def slice(self, sl: slice) -> MapDataset[T]:
-        """Returns the elements at the indices of `sl`; ``ds[sl]`` does the same."""
+    def slice(self, sl: builtins.slice | Sequence[int] | np.ndarray) -> MapDataset[T]:
+        """Returns the elements at the indices of `sl`; ``ds[sl]`` does the same for a slice.
+
+        `sl` is a slice, or a sequence of indices (negative ones count from the
+        end), e.g. ``ds.slice([4, 0, 2])``: the dataset of elements 4, 0 and 2.
+        """
         return _build("slice", self, sl)
 
-    def repeat(self, num_epochs: int | None = None) -> MapDataset[T]:
+    def repeat(
+        self, num_epochs: int | None = None, *, reseed_each_epoch: bool = True
+    ) -> MapDataset[T]:
         """Returns `num_epochs` epochs of this dataset (None: infinitely many).
 
         ``len(ds.repeat())`` is ``sys.maxsize``. Epochs stay distinct: a shuffle
-        before the repeat reshuffles each one.
+        before the repeat reshuffles each one, and random maps draw new numbers.
+        With ``reseed_each_epoch=False`` every epoch repeats the first exactly.
         """
-        return _build("repeat", self, num_epochs)
+        return _build("repeat", self, num_epochs, reseed_each_epoch)
+
+    def apply(self, transformations: Any) -> MapDataset[Any]:
+        """Returns this dataset with Grain transform objects applied, in order.
+
+        `transformations` is one transform or a sequence of them; the kind of
+        each picks the method: a `grain.transforms.Map` maps, a `RandomMap`
+        random-maps, a `Filter` filters, a `FlatMap` flat-maps, a `Batch`
+        batches and a `MapWithIndex` maps with the index (see
+        `grain.experimental.apply_transformations`).
+        """
+        return _build("apply", self, transformations)
 
     def seed(self, seed: int) -> MapDataset[T]:
         """Returns this dataset with `seed` as the seed of every later random stage.
@@ -432,6 +452,15 @@ class IterDataset(_Dataset, Generic[T]):
         """Returns this dataset with `seed` as the seed of every later random stage."""
         return _build("iter_seed", self, seed)
 
+    def apply(self, transformations: Any) -> IterDataset[Any]:
+        """Returns this dataset with Grain transform objects applied, in order.
+
+        `transformations` is one transform or a sequence of them; the kind of
+        each picks the method (map, random map, filter, flat map, batch, map
+        with index), as `grain.experimental.apply_transformations` does.
+        """
+        return _build("apply", self, transformations)
+
     def mp_prefetch(
         self, options: Any = None, worker_init_fn: Callable[[int, int], None] | None = None
     ) -> IterDataset[T]:
@@ -499,6 +528,8 @@ class DatasetIterator(Iterator[T], abc.ABC):
                     f"got {type(parent).__name__}."
                 )
             _adopt(self._ctx, parent)
+        if config.get_or_default("py_debug_mode"):
+            _record_stats(self)
         # Until another iterator adopts it, this is the one its user calls: one thread
         # at a time inside it (see grain_dataset._guard).
         guard(self)
@@ -578,6 +609,15 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _record_stats(iterator: DatasetIterator[Any]) -> None:
+    """Debug mode: every iterator records statistics, and `grain.monitoring` lists it."""
+    from grain_dataset._monitoring import watch
+    from grain_dataset._stats import track
+
+    track(iterator)
+    watch(iterator)
 
 
 def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:

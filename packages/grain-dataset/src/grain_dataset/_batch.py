@@ -36,6 +36,29 @@ def _batch_options(stage: Any, batch_size: Any, drop_remainder: Any, batch_fn: A
     stage._batch_fn = stack if batch_fn is None else batch_fn
 
 
+def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
+    """Raises if a stage before `parent` can leave positions empty (a filter, a flat map).
+
+    Their batches would hold fewer elements than `batch_size` wherever a
+    position is empty, so they are refused, as Grain does.
+    """
+    pending: list[Any] = [parent]
+    seen: set[int] = set()
+    while pending:
+        ds = pending.pop()
+        if id(ds) in seen:
+            continue
+        seen.add(id(ds))
+        stage = getattr(type(ds), "discards_elements", None)
+        if stage is not None:
+            raise ValueError(
+                f"`MapDataset.batch` cannot follow {stage}: it can leave positions empty, "
+                "so batches would hold fewer than `batch_size` elements. Batch before it, "
+                "or convert to an IterDataset first: ds.to_iter_dataset().batch(...)."
+            )
+        pending.extend(p for p in getattr(ds, "_parents", ()) if isinstance(p, MapDataset))
+
+
 @register("map_batch")
 class BatchMapDataset(MapStage):
     """Batches of `batch_size` consecutive elements of the parent."""
@@ -49,6 +72,7 @@ class BatchMapDataset(MapStage):
     ):
         super().__init__(parent)
         _batch_options(self, batch_size, drop_remainder, batch_fn)
+        _refuse_after_discarding(parent)
         self._parent = parent
         self._parent_length = len(parent)
         if is_infinite(self._parent_length):

@@ -94,6 +94,9 @@ class FlatMapMapDataset(MapStage):
         list(ds)  # [1, 2, 2, 3, 3, 3]
     """
 
+    # Positions past an element's last output read None: a MapDataset.batch refuses.
+    discards_elements = "FlatMapMapDataset"
+
     def __init__(self, parent: MapDataset[Any], transform: FlatMapTransform):
         super().__init__(parent)
         if not isinstance(parent, MapDataset):

@@ -33,6 +33,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from grain_dataset._tracebacks import filter_frames
+
 _GUARDED_METHODS = ("__next__", "get_state", "set_state", "close")
 _VARIANT = "_grain_guarded_variant"  # in a class's own __dict__: its guarded subclass
 _BASE = "_grain_guarded_base"  # in a guarded subclass's own __dict__: the class it guards
@@ -52,6 +54,11 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
             lock.acquire()
             try:
                 return method(self)
+            except StopIteration:
+                raise
+            except Exception as error:
+                filter_frames(error)
+                raise
             finally:
                 lock.release()
 
@@ -60,7 +67,11 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         with self._call_lock:
-            return method(self, *args, **kwargs)
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as error:
+                filter_frames(error)
+                raise
 
     return call
 
@@ -101,3 +112,10 @@ def unguard(iterator: Any) -> None:
     if base is not None:
         iterator.__class__ = base
         iterator.__dict__.pop("_call_lock", None)
+
+
+def is_outermost(iterator: Any) -> bool:
+    """Whether `iterator` is the one its user calls (no other iterator adopted it)."""
+    return _BASE in type(iterator).__dict__ or any(
+        _BASE in cls.__dict__ for cls in type(iterator).__mro__[1:2]
+    )

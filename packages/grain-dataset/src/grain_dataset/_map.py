@@ -120,6 +120,8 @@ class FilterMapDataset(_ElementwiseMapDataset):
     """The element where ``transform(element)`` is true, else None."""
 
     _kind = "filter"
+    # Positions may read None: a MapDataset.batch after it refuses (see _batch).
+    discards_elements = "`MapDataset.filter`"
 
     def _apply(self, index: int, value: Any) -> Any:
         return value if self._fn(value) else None

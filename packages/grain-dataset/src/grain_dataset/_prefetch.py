@@ -110,19 +110,20 @@ def _read_chunk(
     and nothing of the chunk is lost.
     """
     cpu, wall = time.thread_time(), time.perf_counter()
-    error: Exception | None
+    error: Exception | None = None
     try:
         values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
     except Exception as first_error:
+        error = first_error
+    if error is not None:
+        # Outside the except block: the error found below must not chain the first one.
         values = []
         for index in range(start, stop):
             try:
                 values.append(dataset._getitem(index))
             except Exception as element_error:
                 return values, element_error, time.thread_time() - cpu, time.perf_counter() - wall
-        values, error = [], first_error
-    else:
-        error = None
+        values = []
     return values, error, time.thread_time() - cpu, time.perf_counter() - wall
 
 

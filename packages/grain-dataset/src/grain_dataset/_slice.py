@@ -2,13 +2,16 @@
 
 A slice keeps the parent's epochs apart: index i of the slice, in epoch
 ``e = i // len(slice)``, reads parent index ``e * len(parent) + r[i % len(slice)]``
-where r is ``range(len(parent))[sl]``. A repeat only changes the length, since
-indices past one epoch already mean later epochs.
+where r is ``range(len(parent))[sl]`` (or, for a sequence of indices, that
+sequence). A repeat only changes the length, since indices past one epoch
+already mean later epochs; with ``reseed_each_epoch=False`` it maps every epoch
+back onto the first, so shuffles and random maps repeat too.
 """
 
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -22,10 +25,13 @@ from grain_index import _validate
 class SliceMapDataset(MapStage):
     """The parent's elements at the indices of a slice of its first epoch."""
 
-    def __init__(self, parent: MapDataset[Any], sl: slice):
+    def __init__(self, parent: MapDataset[Any], sl: slice | Sequence[int] | np.ndarray):
         super().__init__(parent)
+        self._parent = parent
+        self._parent_length = len(parent)
         if not isinstance(sl, slice):
-            raise TypeError(f"`sl` must be a slice, like slice(0, None, 2); got {sl!r}.")
+            self._range = _index_sequence(sl, self._parent_length)
+            return
         if sl.step == 0:
             raise ValueError(
                 "the step of a slice must not be 0 (use ds[start:stop:step], step != 0)."
@@ -34,8 +40,6 @@ class SliceMapDataset(MapStage):
             value = getattr(sl, name)
             if value is not None:
                 _validate.as_int(value, f"slice {name}")
-        self._parent = parent
-        self._parent_length = len(parent)
         self._range = builtins.range(self._parent_length)[sl]
 
     def __len__(self) -> int:
@@ -54,19 +58,55 @@ class SliceMapDataset(MapStage):
         if not fits_int64(indices, length, self._parent_length):
             return super()._getitems(indices)
         epochs, offsets = epochs_of(indices, length)
+        if isinstance(r, np.ndarray):
+            return self._parent._getitems(epochs * self._parent_length + r[offsets])
         return self._parent._getitems(epochs * self._parent_length + r.start + offsets * r.step)
 
     def _describe(self) -> str:
         r = self._range
+        if isinstance(r, np.ndarray):
+            shown = ", ".join(map(str, r[:8].tolist())) + (", ..." if len(r) > 8 else "")
+            return f"indices=[{shown}]"
         return f"start={r.start}, stop={r.stop}, step={r.step}"
+
+
+def _index_sequence(indices: Any, length: int) -> np.ndarray:
+    """`indices` (ints in [-length, length)) as an int64 array of indices in [0, length)."""
+    if isinstance(indices, str | bytes) or not isinstance(indices, Sequence | np.ndarray):
+        raise TypeError(
+            "`sl` must be a slice (like slice(0, None, 2)) or a sequence of indices, "
+            f"got {type(indices).__name__}."
+        )
+    array = np.asarray(indices)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(
+            "a sequence of indices to slice by must be a flat sequence of integers, "
+            f"got {indices!r}."
+        )
+    array = array.astype(np.int64, copy=True)
+    bad = (array < -length) | (array >= length)
+    if bad.any():
+        raise IndexError(
+            f"index {int(array[bad][0])} is out of range for a dataset of length {length}."
+        )
+    array[array < 0] += length
+    array.flags.writeable = False
+    return array
 
 
 @register("repeat")
 class RepeatMapDataset(MapStage):
     """`num_epochs` epochs of the parent, or infinitely many (length sys.maxsize)."""
 
-    def __init__(self, parent: MapDataset[Any], num_epochs: int | None = None):
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        num_epochs: int | None = None,
+        reseed_each_epoch: bool = True,
+    ):
         super().__init__(parent)
+        if not isinstance(reseed_each_epoch, bool):
+            raise TypeError(f"`reseed_each_epoch` must be a bool, got {reseed_each_epoch!r}.")
         length = len(parent)
         if is_infinite(length):
             raise ValueError(
@@ -82,15 +122,23 @@ class RepeatMapDataset(MapStage):
             self._length = min(INFINITE, length * num_epochs)
         self._num_epochs = num_epochs
         self._parent = parent
+        # Every epoch reads the parent's first: the same order and random numbers again.
+        self._fold = None if reseed_each_epoch else length
+        self._reseed = reseed_each_epoch
 
     def __len__(self) -> int:
         return self._length
 
     def _getitem(self, index: int) -> Any:
+        if self._fold is not None:
+            index %= self._fold
         return self._parent._getitem(index)
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
+        if self._fold is not None:
+            indices = indices % self._fold
         return self._parent._getitems(indices)
 
     def _describe(self) -> str:
-        return f"num_epochs={self._num_epochs}"
+        extra = "" if self._reseed else ", reseed_each_epoch=False"
+        return f"num_epochs={self._num_epochs}{extra}"

@@ -58,6 +58,19 @@ class FilterTransform(abc.ABC):
         """Returns whether to keep `element`."""
 
 
+class TfRandomMap(abc.ABC):
+    """Grain's random map for its TensorFlow backend; here a RandomMap by another name.
+
+    Pipelines call ``np_random_map(element, rng)`` with the same per-element
+    `rng` a `RandomMapTransform` gets, so a transform written for Grain's
+    numpy path runs unchanged.
+    """
+
+    @abc.abstractmethod
+    def np_random_map(self, element: Any, rng: np.random.Generator) -> Any:
+        """Returns the transformed element; draw all randomness from `rng`."""
+
+
 class MapWithIndex(abc.ABC):
     """Transforms an element knowing its index in the dataset."""
 
@@ -122,8 +135,27 @@ class DatasetSelectionMap(abc.ABC):
         """Returns (dataset index, index within that dataset) for `index`."""
 
 
-Transformation = MapTransform | RandomMapTransform | FilterTransform | MapWithIndex | Batch
-"""Any of the transform objects a DataLoader's `operations` may hold."""
+Transformation = (
+    Batch
+    | MapTransform
+    | RandomMapTransform
+    | TfRandomMap
+    | FilterTransform
+    | FlatMapTransform
+    | MapWithIndex
+)
+"""Any one of the transform objects (a DataLoader's `operations`, `ds.apply(...)`)."""
+
+Transformations = Sequence[Transformation]
+"""A sequence of transform objects, applied in order."""
+
+
+class UnsupportedTransformationError(TypeError, NotImplementedError):
+    """An object given as a transformation is none of the transform classes.
+
+    A TypeError, and a NotImplementedError as Grain raises in this case, so
+    code catching either keeps working.
+    """
 
 _KINDS: dict[str, tuple[type, str]] = {
     "map": (MapTransform, "map"),
@@ -139,6 +171,8 @@ def as_function(transform: Any, kind: str) -> Callable[..., Any]:
     expected, method = _KINDS[kind]
     if isinstance(transform, expected):
         return getattr(transform, method)
+    if kind == "random_map" and isinstance(transform, TfRandomMap):
+        return transform.np_random_map
     for other, (cls, _) in _KINDS.items():
         if other != kind and isinstance(transform, cls):
             raise TypeError(

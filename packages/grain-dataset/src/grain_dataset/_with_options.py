@@ -11,6 +11,7 @@ from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset
 from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
+from grain_dataset._monitoring import watch
 from grain_dataset._stats import track
 
 
@@ -43,6 +44,7 @@ class WithOptionsIterDataset(IterDataset[Any]):
         ctx.dataset_options = self._options.merge(ctx.dataset_options)
         if ctx.dataset_options.execution_tracking_mode is ExecutionTrackingMode.STAGE_TIMING:
             track(iterator)
+            watch(iterator)
         return iterator
 
     def __repr__(self) -> str:

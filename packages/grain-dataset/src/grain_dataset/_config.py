@@ -1,0 +1,226 @@
+"""`grain.config`: process-wide settings, by name, as Grain's flags are.
+
+Grain keeps its settings in absl flags (``--grain_py_debug_mode``) read
+through ``grain.config``. Here they are plain values with the same names (the
+flag name without its ``grain_`` prefix), set three ways, the later winning:
+
+  the default                      shown in `Config.describe()`
+  an environment variable          ``GRAIN_PY_DEBUG_MODE=1`` (the flag's name, upper case)
+  ``grain.config.update(name, v)``  at run time, from this process
+
+The settings that change behaviour here:
+
+  py_debug_mode              every pipeline records per-stage statistics (as
+                             ``ExecutionTrackingMode.STAGE_TIMING`` would), so
+                             ``it.stats()`` and `grain.monitoring` see them
+  py_traceback_filtering     how an error raised inside a pipeline shows our
+                             own frames ("auto" and "remove_frames" drop them
+                             and say so in a note, "quiet_remove_frames" and
+                             "tracebackhide" drop them silently, "off" keeps all)
+  py_dataset_visualization_output_dir
+                             when set, each new pipeline iterator writes its
+                             ``str(dataset)`` view to a file in that directory
+
+The others are accepted so that code written for Grain runs; they select
+Grain's TensorFlow backend or tune its ArrayRecord threads, which do not exist
+here (`docs/compatibility.md` lists them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+_TRACEBACK_MODES = ("auto", "off", "tracebackhide", "quiet_remove_frames", "remove_frames")
+
+
+def _bool(value: Any, name: str) -> bool:
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off", ""):
+            return False
+    elif isinstance(value, bool | int) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"config option {name!r} must be a bool, got {value!r}.")
+
+
+def _int(value: Any, name: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = None
+    if isinstance(value, bool) or number is None or (not isinstance(value, str) and number != value):
+        raise ValueError(f"config option {name!r} must be an integer, got {value!r}.")
+    return number
+
+
+def _traceback_mode(value: Any, name: str) -> str:
+    if not isinstance(value, str) or value.strip().lower() not in _TRACEBACK_MODES:
+        raise ValueError(
+            f"config option {name!r} must be one of {', '.join(_TRACEBACK_MODES)}, got {value!r}."
+        )
+    return value.strip().lower()
+
+
+def _optional_str(value: Any, name: str) -> str | None:
+    if value is None or isinstance(value, str | os.PathLike):
+        return None if value in (None, "") else os.fspath(value)
+    raise ValueError(f"config option {name!r} must be a path or None, got {value!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    default: Any
+    parse: Callable[[Any, str], Any]
+    help: str
+    effect: bool = True  # False: accepted for Grain's sake, changes nothing here
+
+
+_OPTIONS: dict[str, _Option] = {
+    "py_debug_mode": _Option(
+        False, _bool, "every pipeline records per-stage statistics (it.stats(), grain.monitoring)"
+    ),
+    "py_traceback_filtering": _Option(
+        "auto", _traceback_mode, "how errors raised inside a pipeline show the library's frames"
+    ),
+    "py_dataset_visualization_output_dir": _Option(
+        None, _optional_str, "a directory where each new pipeline iterator writes str(dataset)"
+    ),
+    "py_relay_sigterm_to_main": _Option(
+        False, _bool, "Grain: workers relay SIGTERM to the main process", effect=False
+    ),
+    "enable_multiprocess_worker_profiling": _Option(
+        False, _bool, "Grain: profiler servers in worker processes", effect=False
+    ),
+    "num_threads_computing_num_records": _Option(
+        64, _int, "Grain: threads counting ArrayRecord records", effect=False
+    ),
+    "num_threads_fetching_records": _Option(
+        64, _int, "Grain: threads fetching ArrayRecord records", effect=False
+    ),
+    "tf_interleaved_shuffle": _Option(False, _bool, "Grain's TensorFlow backend", effect=False),
+    "tf_interleaved_shuffle_block_size": _Option(
+        10, _int, "Grain's TensorFlow backend", effect=False
+    ),
+    "tf_interleaved_shuffle_parallel_blocks": _Option(
+        10, _int, "Grain's TensorFlow backend", effect=False
+    ),
+    "tf_lookup_batch_size": _Option(100, _int, "Grain's TensorFlow backend", effect=False),
+    "tf_lookup_fast_warmup": _Option(False, _bool, "Grain's TensorFlow backend", effect=False),
+    "tf_lookup_num_parallel_calls": _Option(-1, _int, "Grain's TensorFlow backend", effect=False),
+    "tf_optimized_sequential_read": _Option(
+        False, _bool, "Grain's TensorFlow backend", effect=False
+    ),
+    "tf_prefetch_buffer_size": _Option(-1, _int, "Grain's TensorFlow backend", effect=False),
+}
+
+
+def _option(name: Any) -> _Option:
+    option = _OPTIONS.get(name) if isinstance(name, str) else None
+    if option is None:
+        known = ", ".join(sorted(_OPTIONS))
+        raise ValueError(f"Unrecognized config option: {name!r}. Known options: {known}.")
+    return option
+
+
+class Config:
+    """Grain's settings: ``update(name, value)``, ``get_or_default(name)``, ``config.<name>``.
+
+    Example::
+
+        import grain
+
+        grain.config.update("py_debug_mode", True)   # or GRAIN_PY_DEBUG_MODE=1
+        grain.config.get_or_default("py_debug_mode")  # True
+        grain.config.py_traceback_filtering           # "auto"
+
+    Unknown names and values of the wrong kind raise a ValueError that lists
+    what is accepted.
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_values", {})
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "_listeners", [])
+
+    def update(self, name: str, value: Any) -> None:
+        """Sets option `name` to `value` for this process (checked and converted)."""
+        option = _option(name)
+        parsed = option.parse(value, name)
+        with self._lock:
+            self._values[name] = parsed
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(name, parsed)
+
+    def get_or_default(self, name: str) -> Any:
+        """The value of option `name`: set by `update`, else its environment variable, else
+        its default."""
+        option = _option(name)
+        with self._lock:
+            if name in self._values:
+                return self._values[name]
+        raw = os.environ.get(f"GRAIN_{name.upper()}")
+        if raw is None:
+            return option.default
+        try:
+            return option.parse(raw, name)
+        except ValueError as error:
+            raise ValueError(f"environment variable GRAIN_{name.upper()}: {error}") from None
+
+    def reset(self, name: str | None = None) -> None:
+        """Forgets `update`s (of `name`, or of every option): the environment or default wins."""
+        if name is not None:
+            _option(name)
+        with self._lock:
+            if name is None:
+                self._values.clear()
+            else:
+                self._values.pop(name, None)
+        for listener in list(self._listeners):
+            listener(name, None)
+
+    def describe(self) -> dict[str, dict[str, Any]]:
+        """Every option with its current value, default, help and whether it acts here."""
+        return {
+            name: {
+                "value": self.get_or_default(name),
+                "default": option.default,
+                "help": option.help,
+                "has_effect": option.effect,
+            }
+            for name, option in sorted(_OPTIONS.items())
+        }
+
+    def _on_change(self, listener: Callable[[str | None, Any], None]) -> None:
+        # Settings read on hot paths are cached by their users; they refresh here.
+        with self._lock:
+            self._listeners.append(listener)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self.get_or_default(name)
+        except ValueError:
+            raise AttributeError(f"grain.config has no option {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.update(name, value)
+
+    def __dir__(self) -> list[str]:
+        return sorted({*super().__dir__(), *_OPTIONS})
+
+    def __repr__(self) -> str:
+        return "grain.config(" + ", ".join(
+            f"{name}={self.get_or_default(name)!r}" for name in sorted(_OPTIONS)
+        ) + ")"
+
+
+config = Config()
+"""The process-wide settings (`grain.config`)."""
