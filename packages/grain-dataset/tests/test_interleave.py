@@ -371,17 +371,20 @@ def test_close_stops_every_thread():
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-def test_a_closed_iterator_reopens_where_it_was(config):
+def test_a_closed_iterator_refuses_next_and_its_state_resumes_elsewhere(config):
     expected = reference(CONTENTS, 3)
-    it = iter(InterleaveIterDataset(items_datasets(), cycle_length=3, **config))
+    ds = InterleaveIterDataset(items_datasets(), cycle_length=3, **config)
+    it = iter(ds)
     got = [next(it) for _ in range(5)]
     state = it.get_state()
     it.close()
     assert it.get_state() == state
     it.close()
-    got += [next(it) for _ in range(5)]
-    it.close()
-    got += list(it)
+    with pytest.raises(ValueError, match="closed iterator"):
+        next(it)
+    resumed = iter(ds)
+    resumed.set_state(state)
+    got += list(resumed)
     assert got == expected
 
 

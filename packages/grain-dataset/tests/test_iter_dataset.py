@@ -345,6 +345,22 @@ def test_spec_example_mix_stops_at_the_first_exhausted_component():
     assert list(IterDataset.mix([ds1, ds2])) == [0, 7, 1, 8, 2, 9, 3]
 
 
+@pytest.mark.parametrize("weights", [[0, 1], [1.0, 0.0], [np.float32(0), 1]])
+def test_mix_refuses_a_zero_weight_as_grain_does(weights):
+    parts = [MapDataset.range(3), MapDataset.range(3)]
+    for mix in (
+        lambda: MapDataset.mix(parts, weights),
+        lambda: IterDataset.mix([p.to_iter_dataset() for p in parts], weights),
+    ):
+        with pytest.raises(ValueError, match=r"weights\[\d\]` of mix is 0"):
+            mix()
+
+
+def test_map_mix_refuses_an_empty_dataset():
+    with pytest.raises(ValueError, match=r"`datasets\[1\]` of mix is empty"):
+        MapDataset.mix([MapDataset.range(3), MapDataset.range(3)[:0]])
+
+
 def test_mix_stops_when_the_component_it_needs_is_exhausted():
     ds = IterDataset.mix([source(3), MapDataset.range(10, 20).to_iter_dataset()])
     it = iter(ds)
@@ -354,7 +370,7 @@ def test_mix_stops_when_the_component_it_needs_is_exhausted():
 
 
 @pytest.mark.parametrize("num_threads", [0, 4])
-@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 2], [1, 1, 2], [3, 0, 1]])
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 2], [1, 1, 2], [3, 0.5, 1]])
 def test_mix_follows_the_weights(num_threads, weights):
     components = [
         MapDataset.range(1000).map(lambda x, c=c: (c, x)).to_iter_dataset(ReadOptions(num_threads))

@@ -35,7 +35,6 @@ def test_limit_returns_the_first_count_elements_and_reads_no_further():
     assert list(ds) == [0, 1, 2]
     assert counting.calls == 3
     assert list(LimitIterDataset(iter_source(2), 5)) == [0, 1]
-    assert list(LimitIterDataset(iter_source(5), 0)) == []
     assert list(LimitIterDataset(MapDataset.range(5), 2)) == [0, 1]  # a MapDataset parent
 
 
@@ -48,7 +47,7 @@ def test_limit_state():
     assert repr(LimitIterDataset(iter_source(1), 1)) == "LimitIterDataset(count=1)"
 
 
-@pytest.mark.parametrize(("n", "count"), [(10, 4), (3, 7), (5, 0), (6, 6)])
+@pytest.mark.parametrize(("n", "count"), [(10, 4), (3, 7), (5, 1), (6, 6)])
 def test_limit_checkpoint_conformance(n, count):
     assert_equal_output_after_checkpoint(LimitIterDataset(iter_source(n), count))
 
@@ -56,7 +55,8 @@ def test_limit_checkpoint_conformance(n, count):
 @pytest.mark.parametrize(
     ("count", "error", "match"),
     [
-        (-1, ValueError, "`count` must be >= 0, got -1"),
+        (-1, ValueError, "`count` must be >= 1, got -1"),
+        (0, ValueError, "`count` must be >= 1, got 0"),
         (1.5, TypeError, "`count` must be an integer"),
         (True, TypeError, "`count` must be an integer"),
         (None, TypeError, "`count` must be an integer"),
@@ -104,7 +104,7 @@ def test_repeat_of_an_empty_parent_ends_instead_of_looping(num_epochs):
 
 
 def test_repeat_of_a_parent_that_becomes_empty_downstream_ends():
-    ds = RepeatIterDataset(LimitIterDataset(iter_source(10), 0))
+    ds = RepeatIterDataset(iter_source(10).filter(lambda x: x > 100))
     assert list(ds) == []
 
 

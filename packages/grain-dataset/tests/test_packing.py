@@ -11,7 +11,6 @@ packing follows from the documented rule.
 from __future__ import annotations
 
 import json
-import logging
 
 import numpy as np
 import pytest
@@ -261,21 +260,12 @@ def test_tuple_and_nested_elements():
     assert out["a"]["x_segment_ids"].tolist() == [1, 1, 2, 2, 2, 0]
 
 
-def test_long_elements_are_truncated_and_counted(caplog):
-    elements = [{"t": np.arange(n) + 1} for n in (3, 9, 2, 12)]
-    packed = FirstFitPackIterDataset(
-        source(elements), length_struct={"t": 5}, num_packing_bins=2, shuffle_bins=False
-    )
-    iterator = iter(packed)
-    with caplog.at_level(logging.WARNING, logger="grain_dataset._packing"):
-        outputs = list(iterator)
-    assert iterator.truncated_tokens == (9 - 5) + (12 - 5)
-    assert sum("truncated" in r.getMessage() for r in caplog.records) == 1
-    assert sorted(o["t"].tolist() for o in outputs) == [
-        [1, 2, 3, 1, 2],
-        [1, 2, 3, 4, 5],
-        [1, 2, 3, 4, 5],
-    ]
+@pytest.mark.parametrize("packer", [FirstFitPackIterDataset, BestFitPackIterDataset])
+def test_an_element_longer_than_the_packed_length_raises_as_in_grain(packer):
+    elements = [{"t": np.arange(n) + 1} for n in (3, 9, 2)]
+    packed = packer(source(elements), length_struct={"t": 5}, num_packing_bins=2)
+    with pytest.raises(ValueError, match=r"has 9 tokens, more than its packed length 5.*Truncate"):
+        list(packed)
 
 
 @pytest.mark.parametrize("cls", PACKERS)

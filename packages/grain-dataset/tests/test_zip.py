@@ -83,15 +83,37 @@ def test_map_bad_parents(parents, error, match):
 # -- ZipIterDataset ----------------------------------------------------------------------
 
 
-def test_iter_stops_at_the_first_exhausted_parent():
-    ds = ZipIterDataset([iter_source(3), iter_source(10, start=10)])
+def test_iter_not_strict_stops_at_the_first_exhausted_parent():
+    ds = ZipIterDataset([iter_source(3), iter_source(10, start=10)], strict=False)
     assert list(ds) == [(0, 10), (1, 11), (2, 12)]
-    ds = ZipIterDataset([iter_source(10), iter_source(2, start=10), iter_source(5)])
+    ds = ZipIterDataset([iter_source(10), iter_source(2, start=10), iter_source(5)], strict=False)
     assert list(ds) == [(0, 10, 0), (1, 11, 1)]
     it = iter(ds)
     list(it)
     with pytest.raises(StopIteration):
         next(it)
+
+
+@pytest.mark.parametrize(
+    ("lengths", "match"),
+    [
+        ((3, 10), r"parents\[1\] is longer than parents\[0\]"),
+        ((10, 2, 5), r"parents\[1\] ended before parents\[0\]"),
+        ((4, 4, 3), r"parents\[2\] ended before parents\[0\]"),
+        ((0, 1), r"parents\[1\] is longer"),
+    ],
+)
+def test_iter_strict_by_default_refuses_parents_of_different_lengths(lengths, match):
+    ds = ZipIterDataset([iter_source(n, start=10 * i) for i, n in enumerate(lengths)])
+    with pytest.raises(ValueError, match=match + ".*strict=False"):
+        list(ds)
+
+
+def test_iter_strict_parents_of_equal_length_end_together():
+    ds = ZipIterDataset([iter_source(3), iter_source(3, start=10)], strict=True)
+    assert list(ds) == [(0, 10), (1, 11), (2, 12)]
+    with pytest.raises(TypeError, match="strict"):
+        ZipIterDataset([iter_source(3)], strict=1)
 
 
 def test_iter_map_parents_are_read_with_to_iter_dataset():
@@ -108,7 +130,10 @@ def test_iter_state_lists_the_parents_states():
 
 @pytest.mark.parametrize("lengths", [(6, 6), (4, 9), (9, 4, 7), (0, 3)])
 def test_iter_checkpoint_conformance(lengths):
-    ds = ZipIterDataset([iter_source(n, start=10 * i) for i, n in enumerate(lengths)])
+    ds = ZipIterDataset(
+        [iter_source(n, start=10 * i) for i, n in enumerate(lengths)],
+        strict=len(set(lengths)) == 1,
+    )
     assert_equal_output_after_checkpoint(ds)
 
 

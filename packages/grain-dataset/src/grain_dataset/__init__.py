@@ -31,17 +31,22 @@ from grain_dataset import (  # noqa: F401 - each registers its transformations w
     _slice,
     _source,
 )
+from grain_dataset import monitoring as monitoring
 from grain_dataset._apply import apply_transformations as apply_transformations
 from grain_dataset._base import DatasetIterator as DatasetIterator
 from grain_dataset._base import IterDataset as IterDataset
 from grain_dataset._base import MapDataset as MapDataset
 from grain_dataset._cache import CachedMapDataset as CachedMapDataset
+from grain_dataset._cache_iter import CacheIterDataset as CacheIterDataset
 from grain_dataset._concat_split import BOSHandling as BOSHandling
 from grain_dataset._concat_split import ConcatThenSplitIterDataset as ConcatThenSplitIterDataset
+from grain_dataset._config import Config as Config
+from grain_dataset._config import config as config
 from grain_dataset._conformance import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )
 from grain_dataset._element_spec import ShapeDtypeStruct as ShapeDtypeStruct
+from grain_dataset._element_spec import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
 from grain_dataset._element_spec import get_element_spec as get_element_spec
 from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
@@ -50,6 +55,8 @@ from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset._limit_repeat import LimitIterDataset as LimitIterDataset
 from grain_dataset._limit_repeat import RepeatIterDataset as RepeatIterDataset
+from grain_dataset._next_index import get_next_index as get_next_index
+from grain_dataset._next_index import set_next_index as set_next_index
 from grain_dataset._options import DatasetOptions as DatasetOptions
 from grain_dataset._options import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset._options import ReadOptions as ReadOptions
@@ -57,9 +64,13 @@ from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterData
 from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._pad import batch_and_pad as batch_and_pad
 from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
+from grain_dataset._rng import RngPool as RngPool
 from grain_dataset._stats import PipelineStats as PipelineStats
 from grain_dataset._stats import StageStats as StageStats
 from grain_dataset._stats import track as track_stats
+from grain_dataset._thread_prefetch import (
+    ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
+)
 from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
 from grain_dataset._transforms import Batch as Batch
 from grain_dataset._transforms import DatasetSelectionMap as DatasetSelectionMap
@@ -71,6 +82,9 @@ from grain_dataset._transforms import RandomMapTransform as RandomMapTransform
 from grain_dataset._transforms import TfRandomMap as TfRandomMap
 from grain_dataset._transforms import Transformation as Transformation
 from grain_dataset._transforms import Transformations as Transformations
+from grain_dataset._transforms import (
+    UnsupportedTransformationError as UnsupportedTransformationError,
+)
 from grain_dataset._tree import stack as stack
 from grain_dataset._window_shuffle import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset._window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
@@ -82,8 +96,10 @@ __all__ = [
     "BOSHandling",
     "Batch",
     "BestFitPackIterDataset",
+    "CacheIterDataset",
     "CachedMapDataset",
     "ConcatThenSplitIterDataset",
+    "Config",
     "DatasetIterator",
     "DatasetOptions",
     "DatasetSelectionMap",
@@ -105,13 +121,17 @@ __all__ = [
     "ReadOptions",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "RngPool",
     "ShapeDtypeStruct",
+    "ShapeDtypeStructProtocol",
     "StageStats",
     "TFRecordIterDataset",
-    "ThreadPrefetchIterDataset",
     "TfRandomMap",
+    "ThreadPrefetchDatasetIterator",
+    "ThreadPrefetchIterDataset",
     "Transformation",
     "Transformations",
+    "UnsupportedTransformationError",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
@@ -120,7 +140,11 @@ __all__ = [
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
+    "config",
     "get_element_spec",
+    "get_next_index",
+    "monitoring",
+    "set_next_index",
     "stack",
     "track_stats",
 ]

@@ -613,7 +613,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
 def _record_stats(iterator: DatasetIterator[Any]) -> None:
     """Debug mode: every iterator records statistics, and `grain.monitoring` lists it."""
-    from grain_dataset._monitoring import watch
+    from grain_dataset.monitoring import watch
     from grain_dataset._stats import track
 
     track(iterator)

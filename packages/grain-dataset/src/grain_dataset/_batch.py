@@ -17,6 +17,7 @@ import numpy as np
 
 from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._errors import note_stage
+from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_dataset._tree import stack
 from grain_index import _validate
@@ -196,3 +197,10 @@ class _BatchIterator(DatasetIterator[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
+
+    def _get_next_index(self) -> int:
+        # Batches returned so far; a last, partial batch counts as one.
+        return -(-get_next_index(self._parent) // self._dataset._batch_size)
+
+    def _set_next_index(self, index: int) -> None:
+        set_parent_next_index(self, index * self._dataset._batch_size)

@@ -32,7 +32,9 @@ def _check_datasets(datasets: Any, what: str) -> list[MapDataset[Any]]:
 def mix_weights(weights: Any, count: int) -> list[Any]:
     """The weights of a mix of `count` datasets: uniform if None, else one per dataset.
 
-    Their values (negative, all zero, ...) are checked by grain_index's MixingSchedule.
+    A zero weight is refused, as Grain does: its dataset would never be read.
+    Other values (negative, not finite, ...) are checked by grain_index's
+    MixingSchedule.
     """
     if weights is None:
         return [1.0] * count
@@ -43,6 +45,12 @@ def mix_weights(weights: Any, count: int) -> list[Any]:
             f"`weights` of mix must have one weight per dataset: got {len(weights)} "
             f"weights for {count} datasets."
         )
+    for i, weight in enumerate(weights):
+        if isinstance(weight, int | float | np.number) and weight == 0:
+            raise ValueError(
+                f"`weights[{i}]` of mix is 0, so dataset {i} would never be read: give every "
+                "dataset a weight > 0, or leave it out of the mix."
+            )
     return list(weights)
 
 
@@ -118,6 +126,13 @@ class MixedMapDataset(MapStage):
         self._schedule = MixingSchedule(weights)
         self._datasets = datasets
         self._lengths = [len(dataset) for dataset in datasets]
+        empty = [i for i, length in enumerate(self._lengths) if length == 0]
+        if empty:
+            raise ValueError(
+                f"`datasets[{empty[0]}]` of mix is empty ({datasets[empty[0]]!r}): a mix's epoch "
+                "ends when any dataset runs out, so it would have no element. Leave empty "
+                "datasets out of the mix."
+            )
         self._length = self._schedule.epoch_length(self._lengths)
         self._weights = weights
 

@@ -54,7 +54,8 @@ def _int(value: Any, name: str) -> int:
         number = int(value)
     except (TypeError, ValueError):
         number = None
-    if isinstance(value, bool) or number is None or (not isinstance(value, str) and number != value):
+    exact = isinstance(value, str) or number == value
+    if isinstance(value, bool) or number is None or not exact:
         raise ValueError(f"config option {name!r} must be an integer, got {value!r}.")
     return number
 
@@ -217,9 +218,11 @@ class Config:
         return sorted({*super().__dir__(), *_OPTIONS})
 
     def __repr__(self) -> str:
-        return "grain.config(" + ", ".join(
-            f"{name}={self.get_or_default(name)!r}" for name in sorted(_OPTIONS)
-        ) + ")"
+        return (
+            "grain.config("
+            + ", ".join(f"{name}={self.get_or_default(name)!r}" for name in sorted(_OPTIONS))
+            + ")"
+        )
 
 
 config = Config()

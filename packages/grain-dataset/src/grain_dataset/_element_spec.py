@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,18 @@ def map_with_path(fn: Callable[[Path, Any], Any], tree: Any, path: Path = ()) ->
 def path_name(root: str, path: Path) -> str:
     """``root['image'][1]`` for the path ("image", 1): how errors name a leaf."""
     return root + "".join(f"[{key!r}]" for key in path)
+
+
+@typing.runtime_checkable
+class ShapeDtypeStructProtocol(typing.Protocol):
+    """Anything with a `shape` and a `dtype`: numpy and jax arrays, `ShapeDtypeStruct`,
+    ``jax.ShapeDtypeStruct``. ``isinstance(x, ShapeDtypeStructProtocol)`` checks it."""
+
+    @property
+    def shape(self) -> tuple[int | None, ...]: ...
+
+    @property
+    def dtype(self) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,6 +15,7 @@ TFRecordIterDataset)` builds one per file.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset
@@ -79,41 +80,67 @@ class _TFRecordIterator(DatasetIterator[bytes]):
 
 
 class ParquetIterDataset(IterDataset[dict[str, Any]]):
-    """The rows of a Parquet file, as dicts of column name to Python value, in file order.
+    """The rows of Parquet files, as dicts of column name to Python value.
 
     Args:
-      path: the Parquet file; a missing, empty or non-Parquet file raises at once.
-      **reader_options: passed to grain_sources' ParquetReader: `columns`
+      path: a Parquet file, or a sequence of them; a missing, empty or
+        non-Parquet file raises at once. Several files are read interleaved,
+        one row of each in turn (as Grain does), like an
+        ``InterleaveIterDataset`` over one dataset per file with
+        ``cycle_length=len(path)``; one file is read in order.
+      **read_kwargs: passed to grain_sources' ParquetReader: `columns`
         (the columns to read, default all) and `batch_rows` (rows converted
         to Python objects at a time).
 
     Example::
 
         ds = ParquetIterDataset("train.parquet", columns=["text", "label"]).batch(8)
+        ds = ParquetIterDataset(["a.parquet", "b.parquet"])  # a0, b0, a1, b1, ...
     """
 
-    def __init__(self, path: str | os.PathLike[str], **reader_options: Any):
+    def __init__(
+        self, path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], **read_kwargs: Any
+    ):
         super().__init__()
-        if "row" in reader_options:
+        if "row" in read_kwargs:
             raise TypeError(
                 "ParquetIterDataset does not take `row`: restore a position with "
                 "iterator.set_state({'row': r}) instead."
             )
-        # Reading the footer now makes a bad path or an unknown column fail here.
-        reader = ParquetReader(path, **reader_options)
-        self._path = reader.path
-        self._options = dict(reader_options)
+        paths = [path] if isinstance(path, str | os.PathLike) else path
+        if not isinstance(paths, Sequence) or isinstance(paths, bytes):
+            raise TypeError(
+                f"`path` must be a file path or a sequence of them, got {type(path).__name__}."
+            )
+        if not paths:
+            raise ValueError("`path` is an empty sequence: give at least one Parquet file.")
+        # Reading the footers now makes a bad path or an unknown column fail here.
+        self._paths = [ParquetReader(p, **read_kwargs).path for p in paths]
+        self._path = self._paths[0]
+        self._options = dict(read_kwargs)
 
     @property
     def path(self) -> str:
-        """The file read."""
+        """The file read (the first one, when there are several)."""
         return self._path
 
+    @property
+    def paths(self) -> list[str]:
+        """Every file read."""
+        return list(self._paths)
+
     def __iter__(self) -> DatasetIterator[dict[str, Any]]:
-        return _ParquetIterator(self)
+        if len(self._paths) == 1:
+            return _ParquetIterator(self)
+        from grain_dataset._interleave import InterleaveIterDataset
+
+        files = [ParquetIterDataset(p, **self._options) for p in self._paths]
+        return iter(InterleaveIterDataset(files, cycle_length=len(files)))
 
     def __repr__(self) -> str:
-        return f"ParquetIterDataset({self._path!r})"
+        if len(self._paths) == 1:
+            return f"ParquetIterDataset({self._path!r})"
+        return f"ParquetIterDataset({len(self._paths)} files, first {self._path!r})"
 
 
 class _ParquetIterator(DatasetIterator[dict[str, Any]]):

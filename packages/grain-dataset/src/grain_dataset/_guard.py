@@ -38,6 +38,7 @@ from grain_dataset._tracebacks import filter_frames
 _GUARDED_METHODS = ("__next__", "get_state", "set_state", "close")
 _VARIANT = "_grain_guarded_variant"  # in a class's own __dict__: its guarded subclass
 _BASE = "_grain_guarded_base"  # in a guarded subclass's own __dict__: the class it guards
+_CLOSED = "_grain_closed_variant"  # a class's variant whose next() raises (closed)
 
 
 def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -81,6 +82,38 @@ def add_lock(iterator: Any) -> None:
     iterator.__dict__["_call_lock"] = threading.RLock()
 
 
+def _advance_closed(self: Any) -> Any:
+    raise ValueError(
+        f"next() on a closed iterator ({type(self).__name__}): close() stopped its threads "
+        "and workers for good. Create a new one with iter(dataset) (and set_state(...) to "
+        "continue where this one was)."
+    )
+
+
+def _closed_variant(cls: type) -> type:
+    """`cls` whose `__next__` raises: what an outermost iterator becomes when closed."""
+    variant = cls.__dict__.get(_CLOSED)
+    if variant is None:
+        namespace = {"__next__": _advance_closed, "__module__": cls.__module__, "__slots__": ()}
+        variant = type(cls)(cls.__name__, (cls,), namespace)
+        variant.__qualname__ = cls.__qualname__
+        type.__setattr__(variant, _CLOSED, variant)
+        type.__setattr__(cls, _CLOSED, variant)
+    return variant
+
+
+def _closing(close: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(close)
+    def close_(self: Any) -> Any:
+        try:
+            return close(self)
+        finally:
+            # Only the iterator its user holds: stages inside may be closed and reopened.
+            self.__class__ = _closed_variant(type(self))
+
+    return close_
+
+
 def _variant(cls: type) -> type:
     variant = cls.__dict__.get(_VARIANT)
     if variant is None:
@@ -89,6 +122,8 @@ def _variant(cls: type) -> type:
             for name in _GUARDED_METHODS
             if callable(getattr(cls, name, None))
         }
+        if "close" in namespace:
+            namespace["close"] = _closing(namespace["close"])
         namespace.update({_BASE: cls, "__module__": cls.__module__, "__slots__": ()})
         variant = type(cls)(cls.__name__, (cls,), namespace)
         variant.__qualname__ = cls.__qualname__

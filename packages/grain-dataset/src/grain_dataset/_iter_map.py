@@ -14,6 +14,7 @@ from grain_dataset import _transforms
 from grain_dataset._base import DatasetIterator, IterDataset, register
 from grain_dataset._errors import note_stage
 from grain_dataset._filter_check import FilterRatioCheck, options_of
+from grain_dataset._next_index import parent_next_index, set_parent_next_index
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import stage_seed
 from grain_dataset._state import check_state
@@ -63,6 +64,9 @@ class _MapIterator(DatasetIterator[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
+
+    _get_next_index = parent_next_index
+    _set_next_index = set_parent_next_index
 
 
 @register("iter_filter")
@@ -147,6 +151,13 @@ class _CountingIterator(DatasetIterator[Any]):
         check_state(state, repr(self._dataset), ("index", "parent"))
         self._parent.set_state(state["parent"])
         self._index = state["index"]
+
+    def _get_next_index(self) -> int:
+        return self._index
+
+    def _set_next_index(self, index: int) -> None:
+        set_parent_next_index(self, index)
+        self._index = index
 
 
 @register("iter_map_with_index")

@@ -36,7 +36,8 @@ class LimitIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], count: int):
         super().__init__(as_iter_dataset(parent, "parent"))
-        self._count = _validate.int_in_range(count, "count", 0)
+        # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
+        self._count = _validate.int_in_range(count, "count", 1)
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _LimitIterator(self, iter(self._parents[0]))

@@ -61,15 +61,21 @@ def _mode(value: Any, name: str) -> ExecutionTrackingMode:
         ) from None
 
 
+def _size(value: Any, name: str) -> int:
+    return _validate.int_in_range(value, name, 0)
+
+
 _DEFAULTS: dict[str, Any] = {
     "filter_warn_threshold_ratio": 0.9,
     "filter_raise_threshold_ratio": None,
     "execution_tracking_mode": ExecutionTrackingMode.DISABLED,
+    "min_shm_size": 0,
 }
 _CHECKS = {
     "filter_warn_threshold_ratio": _ratio,
     "filter_raise_threshold_ratio": _ratio,
     "execution_tracking_mode": _mode,
+    "min_shm_size": _size,
 }
 
 
@@ -95,6 +101,9 @@ class DatasetOptions:
         ``"stage_timing"``) makes the pipeline's iterators count elements and
         time per stage; read the summary with ``iterator.stats()``. Off by
         default, and then it costs nothing.
+      min_shm_size: numpy arrays smaller than this many bytes travel from
+        worker processes (`mp_prefetch`) by copy instead of through shared
+        memory (default 0: the transport decides by its own threshold).
 
     A ratio is checked once a filter has seen at least `MIN_FILTER_CHECK`
     elements, so a few unlucky first elements do not trip it. Options record
@@ -108,6 +117,7 @@ class DatasetOptions:
     filter_warn_threshold_ratio: float | None
     filter_raise_threshold_ratio: float | None
     execution_tracking_mode: ExecutionTrackingMode
+    min_shm_size: int
 
     def __init__(
         self,
@@ -115,11 +125,13 @@ class DatasetOptions:
         filter_warn_threshold_ratio: float | None = _DEFAULT,
         filter_raise_threshold_ratio: float | None = _DEFAULT,
         execution_tracking_mode: ExecutionTrackingMode | str = _DEFAULT,
+        min_shm_size: int = _DEFAULT,
     ):
         values = {
             "filter_warn_threshold_ratio": filter_warn_threshold_ratio,
             "filter_raise_threshold_ratio": filter_raise_threshold_ratio,
             "execution_tracking_mode": execution_tracking_mode,
+            "min_shm_size": min_shm_size,
         }
         given = frozenset(name for name, value in values.items() if value is not _DEFAULT)
         for name, value in values.items():

@@ -36,10 +36,9 @@ structure (a tuple, a list, a bare array) gives the tuple
 Elements: every leaf named by `length_struct` must be a 1-D array (or a list
 numpy turns into one) of one dtype for the whole stream; the element must
 have exactly the features of `length_struct`. A feature longer than its
-packed length is truncated to it rather than rejected (Grain documents that
-such sequences are not expected; one outlier should not stop a training
-run): the iterator counts the dropped tokens (`truncated_tokens`) and logs a
-warning the first time. Elements with no tokens at all are skipped.
+packed length raises a ValueError, as in Grain: silently cutting it would
+lose tokens, so truncate elements before packing (or split them with
+ConcatThenSplitIterDataset). Elements with no tokens at all are skipped.
 
 State: ``{"parent": S, "consumed": c, "emitted": e, "group": g}``: S is the
 parent's state before the current group's first element, c the number of
@@ -62,7 +61,6 @@ bin hands those arrays out without copying.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -73,8 +71,6 @@ from grain_dataset._rng import element_rng
 from grain_dataset._seeding import explicit_seed, stage_seed
 from grain_dataset._state import check_state
 from grain_index import _validate
-
-_log = logging.getLogger(__name__)
 
 SEGMENT_DTYPE = np.int32
 _NO_FIT = np.iinfo(np.int64).max
@@ -478,8 +474,6 @@ class _PackIterator(DatasetIterator[Any]):
         self._capacity = np.array(capacity, dtype=np.int64)
         self._columns = len(capacity)
         self._dtypes: list[np.dtype | None] = [None] * self._count
-        self._truncated = 0
-        self._warned = False
         self._group = 0
         self._anchor = parent.get_state()
         self._reset_bins()
@@ -512,31 +506,17 @@ class _PackIterator(DatasetIterator[Any]):
         for index, leaf in enumerate(leaves):
             size = leaf.shape[0]
             if size > limits[index]:
-                leaves[index] = leaf[: limits[index]]
-                self._note_truncation(index, size, limits[index])
-                size = limits[index]
+                raise ValueError(
+                    f"{self._layout.stage}: feature {self._layout.names[index]} of an element "
+                    f"has {size} tokens, more than its packed length {limits[index]}. Truncate "
+                    f"elements to the packed length before packing (e.g. a map that keeps "
+                    f"[:{limits[index]}] of each feature), or split long ones with "
+                    "grain.experimental.ConcatThenSplitIterDataset."
+                )
             lengths.append(size)
         if not any(lengths):
             return None
         return leaves, lengths
-
-    def _note_truncation(self, index: int, size: int, limit: int) -> None:
-        self._truncated += size - limit
-        if not self._warned:
-            self._warned = True
-            _log.warning(
-                "%s: feature %s of an element has %d tokens, more than its packed length %d; "
-                "it is truncated (iterator.truncated_tokens counts the tokens dropped).",
-                self._layout.stage,
-                self._layout.names[index],
-                size,
-                limit,
-            )
-
-    @property
-    def truncated_tokens(self) -> int:
-        """Tokens this iterator dropped from elements longer than the packed length."""
-        return self._truncated
 
     def _choose(self, lengths: list[int]) -> int:
         """The bin for an element of `lengths` tokens per feature, or -1 if none has room."""

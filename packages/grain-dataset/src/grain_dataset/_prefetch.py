@@ -337,6 +337,16 @@ class _PrefetchIterator(DatasetIterator[Any]):
             )
         self._reset(position)
 
+    def _get_next_index(self) -> int:
+        return self._next
+
+    def _set_next_index(self, index: int) -> None:
+        if index > self._length:
+            raise IndexError(
+                f"index {index} is past the end of this dataset (length {self._length})."
+            )
+        self._reset(index)
+
     def start_prefetch(self) -> None:
         if self._threads:
             self._submit()

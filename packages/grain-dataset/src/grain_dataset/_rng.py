@@ -14,6 +14,8 @@ import threading
 
 import numpy as np
 
+from grain_index import _validate, derive_seed
+
 _MASK64 = (1 << 64) - 1
 _local = threading.local()
 
@@ -33,3 +35,56 @@ def element_rng(seed: int, index: int) -> np.random.Generator:
     state["has_uint32"] = 0
     bit_generator.state = state
     return generator
+
+
+class RngPool:
+    """Random generators keyed by (seed, op_seed, index), reused to save their construction.
+
+    ``acquire_rng(index, op_seed=...)`` returns a generator whose stream depends
+    only on the pool's seed, `op_seed` and `index`, never on which generator
+    object it is or what it drew before; ``release_rng(rng)`` hands it back for
+    reuse once you are done with it. This is how a custom stage gives each
+    element its own random numbers, as `random_map` does.
+
+    Example::
+
+        pool = grain.experimental.RngPool(seed=42)
+        rng = pool.acquire_rng(index, op_seed=7)
+        noise = rng.normal(size=3)
+        pool.release_rng(rng)
+    """
+
+    def __init__(self, seed: int):
+        self._seed = _validate.seed(seed)
+        self._free: list[np.random.Generator] = []
+        self._lock = threading.Lock()
+
+    def acquire_rng(self, index: int, *, op_seed: int = 0) -> np.random.Generator:
+        """A generator for element `index` (>= 0) of the operation seeded `op_seed`."""
+        index = _validate.int_in_range(index, "index", 0)
+        op_seed = _validate.int_in_range(op_seed, "op_seed", 0)
+        with self._lock:
+            generator = self._free.pop() if self._free else None
+        if generator is None:
+            generator = np.random.Generator(np.random.Philox(key=0))
+        key = derive_seed(self._seed, "rng_pool", op_seed)
+        bit_generator = generator.bit_generator
+        state = bit_generator.state
+        state["state"]["counter"] = np.zeros(4, dtype=np.uint64)
+        state["state"]["key"] = np.array([key, index & _MASK64], dtype=np.uint64)
+        state["buffer_pos"] = 4
+        state["has_uint32"] = 0
+        bit_generator.state = state
+        return generator
+
+    def release_rng(self, rng: np.random.Generator) -> None:
+        """Hands `rng` back for reuse; do not use it afterwards."""
+        if not isinstance(rng, np.random.Generator) or not isinstance(
+            rng.bit_generator, np.random.Philox
+        ):
+            raise TypeError(f"`rng` must be a generator from acquire_rng, got {rng!r}.")
+        with self._lock:
+            self._free.append(rng)
+
+    def __repr__(self) -> str:
+        return f"RngPool(seed={self._seed})"

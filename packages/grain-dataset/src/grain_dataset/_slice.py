@@ -48,7 +48,7 @@ class SliceMapDataset(MapStage):
     def _getitem(self, index: int) -> Any:
         length = len(self._range)
         epoch, offset = divmod(index, length)
-        return self._parent._getitem(epoch * self._parent_length + self._range[offset])
+        return self._parent._getitem(epoch * self._parent_length + int(self._range[offset]))
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         length = len(self._range)

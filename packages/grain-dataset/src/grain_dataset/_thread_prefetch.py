@@ -48,6 +48,7 @@ import threading
 from typing import Any, TypeVar
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_index import _validate
 
 T = TypeVar("T")
@@ -183,15 +184,28 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
 
     Args:
       parent: the iterator to read ahead; this iterator owns it from now on.
-      buffer_size: at most this many elements are read ahead (0: no thread).
+      prefetch_buffer_size: at most this many elements are read ahead (0: no thread).
       dataset: the dataset shown in error messages and statistics.
+
+    Example::
+
+        it = grain.experimental.ThreadPrefetchDatasetIterator(iter(ds), 16)
     """
 
     # For statistics: its calls wait on the producer thread (timed every call, and its
     # parents' time is not inside its own).
     _STATS_ASYNC = True
 
-    def __init__(self, parent: DatasetIterator[T], buffer_size: int, *, dataset: Any = None):
+    def __init__(
+        self, parent: DatasetIterator[T], prefetch_buffer_size: int, *, dataset: Any = None
+    ):
+        if not isinstance(parent, DatasetIterator):
+            raise TypeError(
+                "`parent` of ThreadPrefetchDatasetIterator must be a DatasetIterator "
+                f"(iter(dataset)), got {type(parent).__name__}; for a dataset use "
+                "grain.experimental.ThreadPrefetchIterDataset."
+            )
+        buffer_size = _validate.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
         super().__init__(parent)
         self._dataset = dataset
         self._parent = parent
@@ -302,6 +316,24 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
         # If the parent rejects the state, `_ahead` stays set: the next start
         # rewinds the parent to the last element returned, losing nothing.
         self._parent.set_state(state)
+        self._ahead = False
+        self._state = None
+        self._ended = False
+
+    def _get_next_index(self) -> int:
+        if self._buffer_size:
+            # Rewinds the parent to the consumer's position; the next `next` restarts.
+            self._stop()
+            self._reclaim()
+        return get_next_index(self._parent)
+
+    def _set_next_index(self, index: int) -> None:
+        if self._buffer_size:
+            self._stop()
+            if self._stale is not None:
+                self._stale.join()
+                self._stale = None
+        set_parent_next_index(self, index)
         self._ahead = False
         self._state = None
         self._ended = False

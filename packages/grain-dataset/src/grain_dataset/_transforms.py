@@ -157,6 +157,7 @@ class UnsupportedTransformationError(TypeError, NotImplementedError):
     code catching either keeps working.
     """
 
+
 _KINDS: dict[str, tuple[type, str]] = {
     "map": (MapTransform, "map"),
     "random_map": (RandomMapTransform, "random_map"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset
+from grain_dataset.monitoring import watch
 from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
-from grain_dataset._monitoring import watch
 from grain_dataset._stats import track
 
 

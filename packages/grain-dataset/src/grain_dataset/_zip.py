@@ -76,9 +76,12 @@ class ZipMapDataset(MapStage):
 
 
 class ZipIterDataset(IterDataset[Any]):
-    """Tuples of the next element of each of `parents`, until one of them is exhausted.
+    """Tuples of the next element of each of `parents`, until they are exhausted.
 
-    A MapDataset parent is read with ``.to_iter_dataset()``.
+    A MapDataset parent is read with ``.to_iter_dataset()``. With
+    ``strict=True`` (the default, as in Grain) the parents must end together:
+    one that ends before or after the others raises a ValueError when the zip
+    reaches the end. With ``strict=False`` the zip ends with the shortest.
 
     Example::
 
@@ -87,17 +90,21 @@ class ZipIterDataset(IterDataset[Any]):
         list(ds)  # [(0, 10), (1, 11), (2, 12)]
     """
 
-    def __init__(self, parents: Sequence[IterDataset[Any]]):
+    def __init__(self, parents: Sequence[IterDataset[Any]], *, strict: bool = True):
         parents = dataset_list(parents, "parents", "ZipIterDataset")
+        if not isinstance(strict, bool):
+            raise TypeError(f"`strict` must be a bool, got {strict!r}.")
         super().__init__(
             [as_iter_dataset(parent, f"parents[{i}]") for i, parent in enumerate(parents)]
         )
+        self._strict = strict
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _ZipIterator(self, [iter(parent) for parent in self._parents])
 
     def __repr__(self) -> str:
-        return f"ZipIterDataset({len(self._parents)} parents)"
+        strict = "" if self._strict else ", strict=False"
+        return f"ZipIterDataset({len(self._parents)} parents{strict})"
 
 
 class _ZipIterator(DatasetIterator[Any]):
@@ -107,9 +114,37 @@ class _ZipIterator(DatasetIterator[Any]):
         self._iterators = parents
 
     def __next__(self) -> tuple[Any, ...]:
-        # A list, not a generator expression: inside a generator a parent's
-        # StopIteration would turn into RuntimeError instead of ending the zip.
-        return tuple([next(iterator) for iterator in self._iterators])
+        if not self._dataset._strict:
+            # A list, not a generator expression: inside a generator a parent's
+            # StopIteration would turn into RuntimeError instead of ending the zip.
+            return tuple([next(iterator) for iterator in self._iterators])
+        values = []
+        for i, iterator in enumerate(self._iterators):
+            try:
+                values.append(next(iterator))
+            except StopIteration:
+                self._check_all_ended(i)
+                raise
+        return tuple(values)
+
+    def _check_all_ended(self, ended: int) -> None:
+        """Raises unless every parent ends where parent `ended` did (strict zip)."""
+        if ended:
+            raise ValueError(
+                f"ZipIterDataset(strict=True): parents[{ended}] ended before parents[0]; the "
+                "parents must have the same length, or pass strict=False to stop at the "
+                "shortest."
+            )
+        for i, iterator in enumerate(self._iterators[1:], start=1):
+            try:
+                next(iterator)
+            except StopIteration:
+                continue
+            raise ValueError(
+                f"ZipIterDataset(strict=True): parents[{i}] is longer than parents[0]; the "
+                "parents must have the same length, or pass strict=False to stop at the "
+                "shortest."
+            )
 
     def get_state(self) -> dict[str, Any]:
         return {"parents": [iterator.get_state() for iterator in self._iterators]}

@@ -10,12 +10,18 @@ defines no behaviour of its own apart from the `grain` command-line tool:
   grain_jax      device prefetch, Orbax checkpoints, multi-host       (built)
 
 Namespaces: `grain.checkpoint`, `grain.experimental`, `grain.multiprocessing`,
-`grain.samplers`, `grain.sharding`, `grain.sources`, `grain.transforms` and
-`grain.python` (the upstream-compatible flat namespace).
+`grain.samplers`, `grain.sharding`, `grain.sources`, `grain.transforms`,
+`grain.constants`, `grain.monitoring` and `grain.python` (the upstream-compatible
+flat namespace); `grain.config` holds the settings. `docs/compatibility.md`
+compares every public name with Grain 0.2.18.
 """
 
+from importlib import metadata as _metadata
+
 from grain import checkpoint as checkpoint
+from grain import constants as constants
 from grain import experimental as experimental
+from grain import monitoring as monitoring
 from grain import multiprocessing as multiprocessing
 from grain import python as python
 from grain import samplers as samplers
@@ -26,11 +32,24 @@ from grain_dataset import DatasetIterator as DatasetIterator
 from grain_dataset import IterDataset as IterDataset
 from grain_dataset import MapDataset as MapDataset
 from grain_dataset import ReadOptions as ReadOptions
+from grain_dataset import config as config
 from grain_index import Record as Record
 from grain_index import RecordMetadata as RecordMetadata
+from grain_mp import DataLoader as DataLoader
 from grain_mp import MultiprocessingOptions as MultiprocessingOptions
+from grain_mp import PyGrainDatasetIterator as DataLoaderIterator
+
+try:
+    __version__: str = _metadata.version("grain")
+except _metadata.PackageNotFoundError:  # run from a source tree without installing
+    __version__ = "0.0.0"
+__version_info__: tuple[int, ...] = tuple(
+    int(part) for part in __version__.split(".")[:3] if part.isdigit()
+)
 
 __all__ = [
+    "DataLoader",
+    "DataLoaderIterator",
     "DatasetIterator",
     "IterDataset",
     "MapDataset",
@@ -38,8 +57,13 @@ __all__ = [
     "ReadOptions",
     "Record",
     "RecordMetadata",
+    "__version__",
+    "__version_info__",
     "checkpoint",
+    "config",
+    "constants",
     "experimental",
+    "monitoring",
     "multiprocessing",
     "python",
     "samplers",

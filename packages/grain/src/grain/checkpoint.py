@@ -7,11 +7,10 @@
 not by ``import grain``.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from grain_jax import CheckpointHandler as CheckpointHandler
     from grain_jax import CheckpointRestore as CheckpointRestore
     from grain_jax import CheckpointSave as CheckpointSave
@@ -19,9 +18,13 @@ if TYPE_CHECKING:
 __all__ = ["CheckpointHandler", "CheckpointRestore", "CheckpointSave"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name not in __all__:
         raise AttributeError(f"module 'grain.checkpoint' has no attribute {name!r}")
     import grain_jax
 
     return getattr(grain_jax, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

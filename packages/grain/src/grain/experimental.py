@@ -1,8 +1,16 @@
-"""grain.experimental: APIs that may still change."""
+"""grain.experimental: APIs that may still change.
+
+`ElasticIterator` (resuming on a different number of hosts) is not here yet:
+the name raises an AttributeError that says so, rather than being silently
+missing or half-working.
+"""
+
+from typing import Any as _Any
 
 from grain_dataset import BestFitPackIterDataset as BestFitPackIterDataset
 from grain_dataset import BOSHandling as BOSHandling
 from grain_dataset import CachedMapDataset as CachedMapDataset
+from grain_dataset import CacheIterDataset as CacheIterDataset
 from grain_dataset import ConcatThenSplitIterDataset as ConcatThenSplitIterDataset
 from grain_dataset import DatasetOptions as DatasetOptions
 from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
@@ -12,11 +20,15 @@ from grain_dataset import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset import FlatMapTransform as FlatMapTransform
 from grain_dataset import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset import LimitIterDataset as LimitIterDataset
+from grain_dataset import MapWithIndex as MapWithIndexTransform
 from grain_dataset import ParquetIterDataset as ParquetIterDataset
 from grain_dataset import RebatchIterDataset as RebatchIterDataset
 from grain_dataset import RepeatIterDataset as RepeatIterDataset
+from grain_dataset import RngPool as RngPool
 from grain_dataset import ShapeDtypeStruct as ShapeDtypeStruct
+from grain_dataset import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
+from grain_dataset import ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator
 from grain_dataset import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
 from grain_dataset import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset import WindowShuffleMapDataset as WindowShuffleMapDataset
@@ -29,6 +41,8 @@ from grain_dataset import (
 )
 from grain_dataset import batch_and_pad as batch_and_pad
 from grain_dataset import get_element_spec as get_element_spec
+from grain_dataset import get_next_index as get_next_index
+from grain_dataset import set_next_index as set_next_index
 from grain_index import index_shuffle as index_shuffle
 from grain_jax._device_put import device_put as device_put
 from grain_jax._sharding import make_global_batch as make_global_batch
@@ -38,6 +52,7 @@ from grain_mp import pick_performance_config as pick_performance_config
 __all__ = [
     "BOSHandling",
     "BestFitPackIterDataset",
+    "CacheIterDataset",
     "CachedMapDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
@@ -48,12 +63,16 @@ __all__ = [
     "FlatMapTransform",
     "InterleaveIterDataset",
     "LimitIterDataset",
+    "MapWithIndexTransform",
     "ParquetIterDataset",
     "PerformanceConfig",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "RngPool",
     "ShapeDtypeStruct",
+    "ShapeDtypeStructProtocol",
     "TFRecordIterDataset",
+    "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
@@ -65,7 +84,20 @@ __all__ = [
     "batch_and_pad",
     "device_put",
     "get_element_spec",
+    "get_next_index",
     "index_shuffle",
     "make_global_batch",
     "pick_performance_config",
+    "set_next_index",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name == "ElasticIterator":
+        raise AttributeError(
+            "grain.experimental.ElasticIterator is not available in this version: resuming "
+            "a checkpoint on a different number of hosts or workers is being built (elastic "
+            "resume). Until then restore with the same shard count, or use Grain's own "
+            "ElasticIterator."
+        )
+    raise AttributeError(f"module 'grain.experimental' has no attribute {name!r}")

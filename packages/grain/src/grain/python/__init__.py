@@ -1,16 +1,17 @@
 """grain.python: the flat namespace of upstream Grain's `import grain.python as grain`.
 
 The Orbax names (`PyGrainCheckpointSave`, ... and the guide's `GrainCheckpointSave`,
-...) load orbax on first use, not at import.
+...) load orbax on first use, not at import. `grain.python.experimental` is
+`grain.experimental` under Grain's second name.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from typing import TYPE_CHECKING, Any
-
-from grain import experimental as experimental
+from grain.python import experimental as experimental
 from grain_dataset import Batch as Batch
 from grain_dataset import DatasetIterator as DatasetIterator
+from grain_dataset import DatasetSelectionMap as DatasetSelectionMap
 from grain_dataset import FilterTransform as FilterTransform
 from grain_dataset import FlatMapTransform as FlatMapTransform
 from grain_dataset import IterDataset as IterDataset
@@ -20,6 +21,8 @@ from grain_dataset import MapWithIndex as MapWithIndexTransform
 from grain_dataset import RandomMapTransform as RandomMapTransform
 from grain_dataset import ReadOptions as ReadOptions
 from grain_dataset import Transformation as Transformation
+from grain_dataset import Transformations as Transformations
+from grain_dataset import config as config
 from grain_index import IndexSampler as IndexSampler
 from grain_index import NoSharding as NoSharding
 from grain_index import Record as Record
@@ -27,17 +30,25 @@ from grain_index import RecordMetadata as RecordMetadata
 from grain_index import Sampler as Sampler
 from grain_index import SequentialSampler as SequentialSampler
 from grain_index import ShardOptions as ShardOptions
+from grain_index.constants import DATASET_INDEX as DATASET_INDEX
+from grain_index.constants import EPOCH as EPOCH
+from grain_index.constants import INDEX as INDEX
+from grain_index.constants import META_FEATURES as META_FEATURES
+from grain_index.constants import RECORD as RECORD
+from grain_index.constants import RECORD_KEY as RECORD_KEY
+from grain_index.constants import SEED as SEED
 from grain_jax._sharding import ShardByJaxProcess as ShardByJaxProcess
 from grain_mp import DataLoader as DataLoader
 from grain_mp import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp import PyGrainDatasetIterator as PyGrainDatasetIterator
+from grain_mp import SharedMemoryArray as SharedMemoryArray
 from grain_sources import ArrayRecordDataSource as ArrayRecordDataSource
 from grain_sources import InMemoryDataSource as InMemoryDataSource
 from grain_sources import RandomAccessDataSource as RandomAccessDataSource
 from grain_sources import RangeDataSource as RangeDataSource
 from grain_sources import SharedMemoryDataSource as SharedMemoryDataSource
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from grain_jax import CheckpointHandler as GrainCheckpointHandler
     from grain_jax import CheckpointHandler as PyGrainCheckpointHandler
     from grain_jax import CheckpointRestore as GrainCheckpointRestore
@@ -56,7 +67,7 @@ _ORBAX_NAMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     target = _ORBAX_NAMES.get(name)
     if target is None:
         raise AttributeError(f"module 'grain.python' has no attribute {name!r}")
@@ -66,10 +77,18 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DATASET_INDEX",
+    "EPOCH",
+    "INDEX",
+    "META_FEATURES",
+    "RECORD",
+    "RECORD_KEY",
+    "SEED",
     "ArrayRecordDataSource",
     "Batch",
     "DataLoader",
     "DatasetIterator",
+    "DatasetSelectionMap",
     "FilterTransform",
     "FlatMapTransform",
     "GrainCheckpointHandler",
@@ -97,7 +116,14 @@ __all__ = [
     "SequentialSampler",
     "ShardByJaxProcess",
     "ShardOptions",
+    "SharedMemoryArray",
     "SharedMemoryDataSource",
     "Transformation",
+    "Transformations",
+    "config",
     "experimental",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -262,8 +262,7 @@ def setup_telemetry() -> None:
 def set_debug_server_ports(ports: list[int]) -> None:
     """Accepted for Grain's sake (its debug servers); checked, then unused."""
     if not isinstance(ports, list | tuple) or not all(
-        isinstance(port, int) and not isinstance(port, bool) and 0 <= port < 65536
-        for port in ports
+        isinstance(port, int) and not isinstance(port, bool) and 0 <= port < 65536 for port in ports
     ):
         raise ValueError(f"`ports` must be a list of port numbers, got {ports!r}.")
 
@@ -274,7 +273,9 @@ _BYTES_READ = Counter(
     fields=[("source", str)],
 )
 _READS = Counter(
-    "/grain/python/source/reads", Metadata(description="reads by a source"), fields=[("source", str)]
+    "/grain/python/source/reads",
+    Metadata(description="reads by a source"),
+    fields=[("source", str)],
 )
 _READ_LATENCY = EventMetric(
     "/grain/python/source/read_latency_ns",
