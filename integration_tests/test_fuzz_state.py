@@ -51,6 +51,10 @@ def _plus_one(x: int) -> int:
     return x + 1
 
 
+def _first_odd(batch) -> bool:
+    return bool(batch[0] % 2)
+
+
 def _odd(x: int) -> bool:
     return bool(x % 2)
 
@@ -114,7 +118,7 @@ def pipelines(tmp_path_factory) -> dict[str, Callable[[], Any]]:
         "filter": lambda: _base().filter(_odd),
         "batch": lambda: _base().batch(3),
         "MapDataset stages": lambda: (
-            grain.MapDataset.range(60).seed(2).shuffle().map(_plus_one).filter(_odd).batch(2)
+            grain.MapDataset.range(60).seed(2).shuffle().map(_plus_one).batch(2).filter(_first_odd)
         ).to_iter_dataset(),
         "mix": lambda: grain.IterDataset.mix([_base(), _base()], [1, 2]),
         "zip": lambda: ge.ZipIterDataset([_base(), _base()]),

@@ -102,8 +102,16 @@ def test_index_links_every_page():
 
 
 def _message(error):
-    """The exception as Python prints its last line, plus its notes."""
-    return "\n".join([f"{type(error).__name__}: {error}", *getattr(error, "__notes__", ())])
+    """The exception as Python prints its last line, plus its notes.
+
+    The note that our own frames were dropped from the traceback (the page
+    explains it once, in "Tracebacks") is left out of each quote.
+    """
+    notes = [n for n in getattr(error, "__notes__", ()) if not n.startswith(FILTER_NOTE_START)]
+    return "\n".join([f"{type(error).__name__}: {error}", *notes])
+
+
+FILTER_NOTE_START = "grain: the library's own frames were removed"
 
 
 def parse_record(record):

@@ -352,7 +352,7 @@ def test_mix_refuses_a_zero_weight_as_grain_does(weights):
         lambda: MapDataset.mix(parts, weights),
         lambda: IterDataset.mix([p.to_iter_dataset() for p in parts], weights),
     ):
-        with pytest.raises(ValueError, match=r"weights\[\d\]` of mix is 0"):
+        with pytest.raises(ValueError, match=r"`weights` of mix: weights\[\d\] is 0"):
             mix()
 
 

@@ -380,6 +380,15 @@ def test_valid_reader_options_read_the_same(shards):
     src.close()
 
 
+def test_reader_options_as_grains_dict_positionally(shards):
+    paths, expected = shards
+    src = ArrayRecordDataSource(paths, {"readahead_buffer_size": "16K", "max_parallelism": "1"})
+    assert list(src) == expected
+    src.close()
+    with pytest.raises(ValueError, match="no_such_option"):
+        ArrayRecordDataSource(paths, {"no_such_option": "1"})
+
+
 # -- bad indices ------------------------------------------------------------------------------
 
 

@@ -575,3 +575,28 @@ def test_killed_owner_is_cleaned_by_the_resource_tracker():
         assert wait_until_gone(name), f"{name} still in {SHM} after the owner was killed"
         # The tracker (which shares these pipes) reports the leak it cleaned, then exits.
         owner.communicate(timeout=30)
+
+
+# --------------------------------------------------------------------------- by name
+
+
+def test_a_source_by_name_reads_another_sources_segment_without_owning_it(no_new_segments):
+    name = f"grain_test_{uuid.uuid4().hex[:12]}"
+    owner = InMemoryDataSource([1, "b", 3.0], name=name)
+    reader = InMemoryDataSource(name=name)
+    assert len(reader) == 3 and list(reader) == [1, "b", 3.0]
+    reader.close()
+    assert exists(name), "a source attached by name unlinked the owner's segment"
+    assert owner[1] == "b"
+    with pytest.raises(FileExistsError):
+        InMemoryDataSource([4], name=name)
+    owner.close()
+    assert not exists(name)
+
+
+def test_neither_elements_nor_name_is_refused_and_a_missing_name_is_named():
+    with pytest.raises(ValueError, match="`elements`.*`name`"):
+        InMemoryDataSource()
+    with pytest.raises(FileNotFoundError, match="grain_test_missing"):
+        InMemoryDataSource(name="grain_test_missing")
+    assert len(InMemoryDataSource([])) == 0

@@ -124,12 +124,9 @@ class _CacheIterator(DatasetIterator[T]):
         return {"position": self._position, "parent": parent, "cache_filled": self._from_cache}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("position", "parent", "cache_filled"))
+        fields = ("position", "parent", "cache_filled")
+        check_state(state, repr(self._dataset), fields, flags=("cache_filled",))
         position = state["position"]
-        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-            raise ValueError(
-                f"state['position'] of {self._dataset!r} must be an int >= 0, got {position!r}."
-            )
         values = self._dataset._values
         if values is not None:
             if position > len(values):

@@ -48,8 +48,8 @@ def mix_weights(weights: Any, count: int) -> list[Any]:
     for i, weight in enumerate(weights):
         if isinstance(weight, int | float | np.number) and weight == 0:
             raise ValueError(
-                f"`weights[{i}]` of mix is 0, so dataset {i} would never be read: give every "
-                "dataset a weight > 0, or leave it out of the mix."
+                f"`weights` of mix: weights[{i}] is 0, so dataset {i} would never be read. Give "
+                "every dataset a weight > 0, or leave it out of the mix."
             )
     return list(weights)
 

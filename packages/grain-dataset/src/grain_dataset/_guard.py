@@ -54,6 +54,9 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
             lock = self._call_lock
             lock.acquire()
             try:
+                if lock is not self._call_lock:
+                    # close() ran while this call waited for the lock (it swaps the lock).
+                    _advance_closed(self)
                 return method(self)
             except StopIteration:
                 raise
@@ -109,7 +112,9 @@ def _closing(close: Callable[..., Any]) -> Callable[..., Any]:
             return close(self)
         finally:
             # Only the iterator its user holds: stages inside may be closed and reopened.
+            # A next() already waiting for the lock sees the new lock and raises too.
             self.__class__ = _closed_variant(type(self))
+            add_lock(self)
 
     return close_
 
@@ -123,7 +128,8 @@ def _variant(cls: type) -> type:
             if callable(getattr(cls, name, None))
         }
         if "close" in namespace:
-            namespace["close"] = _closing(namespace["close"])
+            # The swap to the closed variant happens inside the lock (see next_).
+            namespace["close"] = serialized(_closing(cls.close))
         namespace.update({_BASE: cls, "__module__": cls.__module__, "__slots__": ()})
         variant = type(cls)(cls.__name__, (cls,), namespace)
         variant.__qualname__ = cls.__qualname__

@@ -11,6 +11,7 @@ not keep its `rng` after returning.)
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -69,7 +70,7 @@ class RngPool:
             generator = np.random.Generator(np.random.Philox(key=0))
         key = derive_seed(self._seed, "rng_pool", op_seed)
         bit_generator = generator.bit_generator
-        state = bit_generator.state
+        state: dict[str, Any] = dict(bit_generator.state)
         state["state"]["counter"] = np.zeros(4, dtype=np.uint64)
         state["state"]["key"] = np.array([key, index & _MASK64], dtype=np.uint64)
         state["buffer_pos"] = 4

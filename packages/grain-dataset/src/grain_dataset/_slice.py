@@ -29,6 +29,7 @@ class SliceMapDataset(MapStage):
         super().__init__(parent)
         self._parent = parent
         self._parent_length = len(parent)
+        self._range: range | np.ndarray
         if not isinstance(sl, slice):
             self._range = _index_sequence(sl, self._parent_length)
             return

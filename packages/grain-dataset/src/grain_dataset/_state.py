@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def check_state(state: Any, stage: str, fields: tuple[str, ...]) -> dict[str, Any]:
+def check_state(
+    state: Any, stage: str, fields: tuple[str, ...], flags: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Returns `state` after checking it is a dict with exactly `fields`.
 
-    The integer fields (all but "parent"/"parents") must be ints >= 0.
+    The fields in `flags` must be bools; the others (but "parent"/"parents")
+    ints >= 0.
     """
     if not isinstance(state, dict):
         raise TypeError(
@@ -27,6 +30,13 @@ def check_state(state: Any, stage: str, fields: tuple[str, ...]) -> dict[str, An
         if field in ("parent", "parents"):
             continue
         value = state[field]
+        if field in flags:
+            if not isinstance(value, bool):
+                raise ValueError(
+                    f"state[{field!r}] of {stage} must be a bool, got {value!r}; "
+                    "the state is corrupt or from another pipeline."
+                )
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(
                 f"state[{field!r}] of {stage} must be an integer >= 0, got {value!r}; "

@@ -15,6 +15,8 @@ the whole traceback.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
 import types
 
@@ -44,9 +46,7 @@ def _package_dirs() -> tuple[str, ...]:
     return tuple(os.path.join(d, "") for d in dirs if d)
 
 
-def _find_spec(name: str) -> object | None:
-    import importlib.util
-
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
     try:
         return importlib.util.find_spec(name)
     except (ImportError, ValueError):
@@ -100,4 +100,9 @@ def filter_frames(error: BaseException) -> None:
     except (AttributeError, TypeError):  # an exception type with __slots__
         return
     if mode in ("auto", "remove_frames"):
-        error.add_note(NOTE)
+        # First, right under the message: the notes stages added say more, last.
+        notes = getattr(error, "__notes__", None)
+        if isinstance(notes, list):
+            notes.insert(0, NOTE)
+        else:
+            error.add_note(NOTE)

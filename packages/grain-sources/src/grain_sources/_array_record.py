@@ -23,7 +23,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -55,8 +55,9 @@ class ArrayRecordDataSource:
       paths: a file, a glob pattern (``"data/train-*"``), a sharded name
         (``"data/train@4"`` for ``train-00000-of-00004`` ...), or a list of
         these. Files are read in the order given (a glob's matches sorted).
-      reader_options: ArrayRecordReader options; the default suits random
-        access.
+      reader_options: ArrayRecordReader options, as a string
+        (``"readahead_buffer_size:0"``) or a dict of str to str as Grain takes
+        them; the default suits random access.
 
     Every file is opened and checked when the source is created: a missing,
     empty, truncated or corrupt file raises an error naming it. Records are
@@ -69,12 +70,19 @@ class ArrayRecordDataSource:
         ds = grain.MapDataset.source(source).shuffle(seed=0).map(decode)
     """
 
-    def __init__(self, paths: PathLike | Sequence[PathLike], *, reader_options: str | None = None):
+    def __init__(
+        self,
+        paths: PathLike | Sequence[PathLike],
+        reader_options: str | Mapping[str, str] | None = None,
+    ):
+        if isinstance(reader_options, Mapping):
+            # Grain's form: {"readahead_buffer_size": "0"} is "readahead_buffer_size:0".
+            reader_options = ",".join(f"{key}:{value}" for key, value in reader_options.items())
         self._options = DEFAULT_READER_OPTIONS if reader_options is None else reader_options
         if not isinstance(self._options, str):
             raise TypeError(
-                f"`reader_options` must be a str like {DEFAULT_READER_OPTIONS!r}, "
-                f"got {type(reader_options).__name__}."
+                f"`reader_options` must be a str like {DEFAULT_READER_OPTIONS!r} or a dict "
+                f"of str to str, got {type(reader_options).__name__}."
             )
         self._files = tuple(expand(paths))
         counts = [self._count_records(path) for path in self._files]

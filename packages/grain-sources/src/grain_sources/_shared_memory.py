@@ -433,20 +433,32 @@ class SharedMemoryDataSource:
 
     Args:
         elements: the values, in order. A `range`, a 1-D numeric or bool numpy
-            array, or a list of one type is encoded in one vectorized pass.
+            array, or a list of one type is encoded in one vectorized pass. None
+            (with a `name`): read the segment another source created under that
+            name, as Grain does; this source then never unlinks it.
         name: the segment's name (without a leading "/"); None picks a fresh one.
 
     Raises:
         TypeError: an element has another type (the index and type are named).
         OverflowError: an int lies outside int64.
-        ValueError: a str or bytes element has `MAX_ITEM_BYTES` bytes or more.
-        FileExistsError: a segment called `name` already exists.
+        ValueError: a str or bytes element has `MAX_ITEM_BYTES` bytes or more, or
+            neither `elements` nor `name` was given.
+        FileExistsError: a segment called `name` already exists (with `elements`).
+        FileNotFoundError: no segment called `name` exists (without `elements`).
     """
 
     _state: _State
     _finalizer: weakref.finalize | None
 
-    def __init__(self, elements: Iterable[Storable] = (), *, name: str | None = None) -> None:
+    def __init__(self, elements: Iterable[Storable] | None = None, *, name: str | None = None):
+        if elements is None:
+            if name is None:
+                raise ValueError(
+                    "SharedMemoryDataSource needs `elements` to store, or the `name` of a "
+                    "segment another SharedMemoryDataSource created, to read it: give one."
+                )
+            self._attach(name)
+            return
         if not isinstance(elements, Iterable):
             raise TypeError(
                 f"`elements` of SharedMemoryDataSource must be an iterable (a list, say) of "
@@ -459,6 +471,22 @@ class SharedMemoryDataSource:
         layout = _Layout(_map_read_only(segment.name), segment.name)
         self._state.length = layout.length
         self._state.layout = layout
+
+    def _attach(self, name: str) -> None:
+        """Reads the segment `name` made by another source, without owning it."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"`name` must be a non-empty str, got {name!r}.")
+        try:
+            mapping = _map_read_only(name)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"no shared memory segment named {name!r}: create it first with "
+                f"SharedMemoryDataSource(elements, name={name!r}), and keep that source open."
+            ) from None
+        layout = _Layout(mapping, name)
+        self._state = _State(name, layout.length, len(mapping), owner_pid=None, segment=None)
+        self._state.layout = layout
+        self._finalizer = None
 
     @property
     def name(self) -> str:
