@@ -251,7 +251,8 @@ def test_close_from_another_thread_neither_deadlocks_nor_loses_elements(name):
     assert closes_while_running, "the stream ended before the first close()"
     # close() is an end, as in Grain: the consumer's next() was told so ...
     assert len(errors) == 1, errors
-    assert isinstance(errors[0], ValueError) and "closed iterator" in str(errors[0])
+    assert isinstance(errors[0], ValueError)
+    assert "closed iterator" in str(errors[0])
     # ... and nothing is lost: the state, taken after close, resumes the rest exactly.
     assert got == expected[: len(got)]
     resumed = iter(make())

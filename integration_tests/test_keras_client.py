@@ -12,12 +12,12 @@ import os
 
 os.environ.setdefault("KERAS_BACKEND", "jax")
 
-import keras  # noqa: E402 - the backend is chosen before the import
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
+import keras
+import numpy as np
+import pytest
 
-import grain  # noqa: E402
-import grain.python as pg  # noqa: E402
+import grain
+import grain.python as pg
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -116,7 +116,9 @@ def test_keras_rebuilds_a_loader_from_its_attributes():
     assert len(first) == RECORDS // BATCH
 
 
-@pytest.mark.parametrize("make", [map_dataset, iter_dataset, data_loader], ids=["map", "iter", "loader"])
+@pytest.mark.parametrize(
+    "make", [map_dataset, iter_dataset, data_loader], ids=["map", "iter", "loader"]
+)
 def test_keras_grain_adapter_numpy_and_jax_iterators(make):
     # Keras' own adapter, as its trainers use it (the numpy path imports grain._src).
     from keras.src.trainers.data_adapters import grain_dataset_adapter
@@ -127,8 +129,10 @@ def test_keras_grain_adapter_numpy_and_jax_iterators(make):
     jax_batches = list(adapter.get_jax_iterator())
     assert len(numpy_batches) == len(jax_batches) == RECORDS // BATCH
     for (x, y), (jx, jy) in zip(numpy_batches, jax_batches, strict=True):
-        assert isinstance(x, np.ndarray) and x.shape == (BATCH, FEATURES)
-        assert np.array_equal(np.asarray(jx), x) and np.array_equal(np.asarray(jy), y)
+        assert isinstance(x, np.ndarray)
+        assert x.shape == (BATCH, FEATURES)
+        assert np.array_equal(np.asarray(jx), x)
+        assert np.array_equal(np.asarray(jy), y)
 
 
 def test_the_keras_adapter_rejects_what_is_not_a_grain_dataset():
@@ -136,7 +140,7 @@ def test_the_keras_adapter_rejects_what_is_not_a_grain_dataset():
 
     assert keras.src.trainers.data_adapters.is_grain_dataset(iter_dataset())
     assert keras.src.trainers.data_adapters.is_grain_dataset(data_loader())
-    with pytest.raises(ValueError, match="grain.MapDataset"):
+    with pytest.raises(ValueError, match=r"grain\.MapDataset"):
         grain_dataset_adapter.GrainDatasetAdapter([1, 2, 3])
 
 

@@ -105,8 +105,13 @@ def host_tokens(paths, host):
     order = grain.MapDataset.source(source).shuffle(seed=17)[host::HOSTS]
     tokens = []
     for record in order:
-        tokens += [int(t) for chunk in TokenizeAndChunk("text", MAX_LEN).flat_map(
-            ParseFeatures("text").map(record)) for t in chunk["inputs"]]
+        tokens += [
+            int(t)
+            for chunk in TokenizeAndChunk("text", MAX_LEN).flat_map(
+                ParseFeatures("text").map(record)
+            )
+            for t in chunk["inputs"]
+        ]
     return tokens
 
 
@@ -131,7 +136,8 @@ def test_every_token_once_in_static_shapes(tmp_path):
         assert sorted(tokens) == sorted(host_tokens(paths, host))
         everything += tokens
     all_docs = {t // 1000 for t in everything}
-    assert len(all_docs) == 60 and len(everything) == len(set(everything))
+    assert len(all_docs) == 60
+    assert len(everything) == len(set(everything))
 
 
 def test_checkpoint_mid_epoch_resumes_exactly(tmp_path):

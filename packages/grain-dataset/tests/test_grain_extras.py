@@ -32,12 +32,14 @@ ONE_TO_ONE = {
     "no threads": lambda: MapDataset.range(20).to_iter_dataset(ReadOptions(num_threads=0)),
     "a MapDataset": lambda: MapDataset.range(20).map(lambda x: x * 3),
     "map": lambda: MapDataset.range(20).to_iter_dataset().map(lambda x: -x),
-    "map_with_index": lambda: MapDataset.range(20).to_iter_dataset().map_with_index(
-        lambda i, x: (i, x)
+    "map_with_index": lambda: (
+        MapDataset.range(20).to_iter_dataset().map_with_index(lambda i, x: (i, x))
     ),
-    "random_map": lambda: MapDataset.range(20)
-    .to_iter_dataset()
-    .random_map(lambda x, rng: (x, int(rng.integers(10**6))), seed=3),
+    "random_map": lambda: (
+        MapDataset.range(20)
+        .to_iter_dataset()
+        .random_map(lambda x, rng: (x, int(rng.integers(10**6))), seed=3)
+    ),
     "thread prefetch": lambda: ThreadPrefetchIterDataset(
         MapDataset.range(20).to_iter_dataset().map(lambda x: x + 1), prefetch_buffer_size=4
     ),
@@ -116,7 +118,8 @@ def test_cache_reads_the_parent_once_and_serves_later_passes():
     cached = CacheIterDataset(MapDataset.range(6).to_iter_dataset(ReadOptions(0)).map(counting))
     assert not cached.is_filled
     assert list(cached) == [0, 10, 20, 30, 40, 50]
-    assert cached.is_filled and counting.calls == 6
+    assert cached.is_filled
+    assert counting.calls == 6
     assert list(RepeatIterDataset(cached, num_epochs=3)) == [0, 10, 20, 30, 40, 50] * 3
     assert counting.calls == 6
 
@@ -132,7 +135,8 @@ def test_cache_state_restores_exactly_before_and_after_filling():
         for _ in range(k):
             next(it)
         state = it.get_state()
-        assert state["cache_filled"] is True and state["position"] == k
+        assert state["cache_filled"] is True
+        assert state["position"] == k
         fresh = iter(make())  # another process: nothing cached
         fresh.set_state(state)
         assert list(fresh) == expected[k:]
@@ -150,7 +154,8 @@ def test_an_iterator_restored_mid_pass_does_not_fill_the_cache():
     it.set_state(first.get_state())
     assert list(it) == [2, 3, 4]
     assert not ds.is_filled
-    assert list(ds) == [0, 1, 2, 3, 4] and ds.is_filled
+    assert list(ds) == [0, 1, 2, 3, 4]
+    assert ds.is_filled
 
 
 def test_cache_of_a_map_dataset_and_bad_parents():
@@ -203,8 +208,8 @@ def test_shape_dtype_struct_protocol():
         lambda: MapDataset.range(10),
         lambda: MapDataset.range(10).to_iter_dataset().batch(2),
         lambda: ThreadPrefetchIterDataset(
-                MapDataset.range(10).to_iter_dataset(), prefetch_buffer_size=2
-            ),
+            MapDataset.range(10).to_iter_dataset(), prefetch_buffer_size=2
+        ),
     ],
 )
 def test_next_on_a_closed_iterator_raises_and_its_state_still_resumes(make):
@@ -333,14 +338,16 @@ def test_stage_timing_option_lists_the_pipeline_in_monitoring(fresh_config):
     )
     it = iter(ds)
     list(it)
-    assert any(stats.stages and stats.stages[-1].elements == 8 for stats in monitoring.pipeline_stats())
+    listed = monitoring.pipeline_stats()
+    assert any(stats.stages and stats.stages[-1].elements == 8 for stats in listed)
 
 
 def test_monitoring_metrics_keep_values_per_label():
     counter = monitoring.Counter("/test/grain_extras/c", fields=[("stage", str)])
     counter.Increment("a")
     counter.IncrementBy(4, "a")
-    assert counter.Get("a") == 5 and counter.Get("b") == 0
+    assert counter.Get("a") == 5
+    assert counter.Get("b") == 0
     with pytest.raises(ValueError, match="fields"):
         counter.Increment("a", "b")
     gauge = monitoring.Metric("/test/grain_extras/g", int)

@@ -584,7 +584,8 @@ def test_a_source_by_name_reads_another_sources_segment_without_owning_it(no_new
     name = f"grain_test_{uuid.uuid4().hex[:12]}"
     owner = InMemoryDataSource([1, "b", 3.0], name=name)
     reader = InMemoryDataSource(name=name)
-    assert len(reader) == 3 and list(reader) == [1, "b", 3.0]
+    assert len(reader) == 3
+    assert list(reader) == [1, "b", 3.0]
     reader.close()
     assert exists(name), "a source attached by name unlinked the owner's segment"
     assert owner[1] == "b"
@@ -595,7 +596,7 @@ def test_a_source_by_name_reads_another_sources_segment_without_owning_it(no_new
 
 
 def test_neither_elements_nor_name_is_refused_and_a_missing_name_is_named():
-    with pytest.raises(ValueError, match="`elements`.*`name`"):
+    with pytest.raises(ValueError, match=r"`elements`.*`name`"):
         InMemoryDataSource()
     with pytest.raises(FileNotFoundError, match="grain_test_missing"):
         InMemoryDataSource(name="grain_test_missing")

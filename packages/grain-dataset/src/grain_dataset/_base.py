@@ -613,8 +613,8 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
 def _record_stats(iterator: DatasetIterator[Any]) -> None:
     """Debug mode: every iterator records statistics, and `grain.monitoring` lists it."""
-    from grain_dataset.monitoring import watch
     from grain_dataset._stats import track
+    from grain_dataset.monitoring import watch
 
     track(iterator)
     watch(iterator)

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset
-from grain_dataset.monitoring import watch
 from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
 from grain_dataset._stats import track
+from grain_dataset.monitoring import watch
 
 
 class WithOptionsIterDataset(IterDataset[Any]):
