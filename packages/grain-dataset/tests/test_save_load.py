@@ -49,7 +49,7 @@ def test_round_trip_continues_exactly(tmp_path, no_jax):
 
     assert rows(fresh, 5) == expected
     saved = json.loads((tmp_path / "process_0-of-1.json").read_text())
-    assert saved == {"next_index": 4}
+    assert saved == {"grain_py_state_format": 1, "state": {"next_index": 4}}
 
 
 def test_state_is_taken_when_save_is_called(tmp_path, no_jax):
@@ -94,7 +94,8 @@ def test_path_awaiting_creation_is_awaited_before_writing(tmp_path, no_jax):
 
     asyncio.run(iter(pipeline()).save(PathAwaitingCreation()))
     assert events == [("created", False)]
-    assert json.loads((target / "process_0-of-1.json").read_text()) == {"next_index": 0}
+    saved = json.loads((target / "process_0-of-1.json").read_text())
+    assert saved == {"grain_py_state_format": 1, "state": {"next_index": 0}}
 
 
 def test_two_phase_protocol_of_orbax(tmp_path, no_jax):
@@ -132,6 +133,42 @@ def test_load_into_another_pipeline_names_the_file(tmp_path, no_jax):
 
 def test_load_without_a_state_file(tmp_path, no_jax):
     with pytest.raises(FileNotFoundError, match=r"no iterator state process_0-of-1\.json"):
+        asyncio.run(iter(pipeline()).load(tmp_path))
+
+
+# What Grain 0.2.18's checkpoint handler writes: the bare state, under the same file name.
+GRAIN_FILES = {
+    "dataset iterator": '{\n    "next_index": 2\n}',
+    "mix": '{"parents": [{"next_index": 1}, {"next_index": 0}], "index": 1, "stop": false}',
+    "DataLoader": json.dumps(
+        {
+            "version": 2,
+            "last_seen_indices": {"0": 0},
+            "last_worker_index": -1,
+            "worker_count": 0,
+            "sampler": "IndexSampler(num_records=10, shard_options=NoSharding(shard_index=0, "
+            "shard_count=1, drop_remainder=False), shuffle=True, num_epochs=1, seed=1)",
+            "data_source": "RangeDataSource(start=0, stop=10, step=1)",
+        },
+        indent=4,
+    ),
+}
+
+
+@pytest.mark.parametrize("text", GRAIN_FILES.values(), ids=GRAIN_FILES.keys())
+def test_a_checkpoint_written_by_grain_is_refused_with_the_reason(tmp_path, no_jax, text):
+    (tmp_path / "process_0-of-1.json").write_text(text)
+    fresh = iter(pipeline())
+    with pytest.raises(ValueError, match="Google's Grain") as info:
+        asyncio.run(fresh.load(tmp_path))
+    assert "different element order" in str(info.value)
+    assert rows(fresh, 2) == rows(iter(pipeline()), 2), "a refused load moved the iterator"
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused(tmp_path, no_jax):
+    newer = {"grain_py_state_format": 2, "state": {"next_index": 1}}
+    (tmp_path / "process_0-of-1.json").write_text(json.dumps(newer))
+    with pytest.raises(ValueError, match="format 2"):
         asyncio.run(iter(pipeline()).load(tmp_path))
 
 

@@ -72,7 +72,8 @@ def test_tutorial_flow_save_at_step_k_and_continue_exactly(tmp_path):
     assert take(fresh, 7) == uninterrupted[5:]
     assert "4/default/process_0-of-1.json" in files(tmp_path / "ckpt")
     saved = json.loads((tmp_path / "ckpt/4/default/process_0-of-1.json").read_text())
-    assert saved == {"next_index": 5}  # The whole state: the next batch to read.
+    # The whole state (the next batch to read), under the marker of our format.
+    assert saved == {"grain_py_state_format": 1, "state": {"next_index": 5}}
 
 
 def test_async_save_captures_the_state_at_save_time(tmp_path):
@@ -161,7 +162,7 @@ def test_data_loader_iterator(tmp_path, workers):
     finally:
         it.close()
     saved = json.loads((tmp_path / "5/default/process_0-of-1.json").read_bytes())
-    assert saved["next_step"] == 5 * 4  # The DataLoader's own JSON, written unchanged.
+    assert saved["state"]["next_step"] == 5 * 4  # The DataLoader's own JSON, under the marker.
 
 
 def test_iterator_with_mp_prefetch_workers(tmp_path):

@@ -24,7 +24,8 @@ def check_state(
             f"this state does not belong to {stage}: expected the keys {sorted(fields)}"
             + (f", missing {missing}" if missing else "")
             + (f", unexpected {extra}" if extra else "")
-            + ". Restore a state saved from the same pipeline, unmodified."
+            + ". Restore a state saved from the same pipeline, unmodified (a state saved by "
+            "Google's Grain does not restore here: its element orders differ)."
         )
     for field in fields:
         if field in ("parent", "parents"):

@@ -8,9 +8,16 @@ other.
 
 Layout: a checkpoint directory holds ``process_<i>-of-<n>.json`` for each of
 the n processes that saved it (the process index i and count n come from
-jax when it runs multi-host; otherwise 0 and 1). The file is the iterator's
-state as JSON text: a `DatasetIterator` state (a dict) is dumped, a DataLoader
-state (JSON bytes already) is written as it is.
+jax when it runs multi-host; otherwise 0 and 1). The file is JSON:
+
+    {"grain_py_state_format": 1, "state": <the iterator's state>}
+
+where the state is a `DatasetIterator` state (a dict) or a DataLoader state
+(its JSON bytes, parsed). The marker is what tells our checkpoints from those
+of Google's Grain, which use the same file names and put the bare state in
+them: the same seed gives a different element order there, so a Grain
+checkpoint would resume at another element. A file without the marker is
+refused with a ValueError that says so (see `text_to_state`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 _FILE_PATTERN = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+FORMAT_KEY = "grain_py_state_format"
+FORMAT_VERSION = 1
 
 
 def process_index_and_count() -> tuple[int, int]:
@@ -66,13 +76,17 @@ def as_path(directory: Any) -> Any:
 
 
 def state_to_text(state: Any, owner: Any) -> str:
-    """The JSON text of `state` as `owner.get_state()` returned it (a dict, or JSON bytes/str)."""
-    if isinstance(state, bytes | bytearray):
-        return bytes(state).decode("utf-8")
-    if isinstance(state, str):
-        return state
+    """The file text of `state` as `owner.get_state()` returned it (a dict, or JSON bytes/str)."""
+    if isinstance(state, bytes | bytearray | str):
+        try:
+            state = json.loads(state)
+        except ValueError as error:
+            raise TypeError(
+                f"the state of {type(owner).__name__} is bytes or str but not JSON ({error}): "
+                "get_state() must return a dict of ints, strings, lists and dicts, or JSON bytes."
+            ) from None
     try:
-        return json.dumps(state, indent=4)
+        return json.dumps({FORMAT_KEY: FORMAT_VERSION, "state": state}, indent=4)
     except TypeError as error:
         raise TypeError(
             f"the state of {type(owner).__name__} is not JSON-serializable ({error}): "
@@ -80,17 +94,48 @@ def state_to_text(state: Any, owner: Any) -> str:
         ) from None
 
 
+def _foreign(path: Any, saved: Any) -> ValueError:
+    looks_like = (
+        "a DataLoader checkpoint of Google's Grain"
+        if isinstance(saved, dict) and "last_seen_indices" in saved
+        else "a checkpoint of Google's Grain (or of this library before the marker existed)"
+    )
+    return ValueError(
+        f"the iterator state in {path} has no {FORMAT_KEY!r} marker: it looks like "
+        f"{looks_like}. It cannot be resumed here: the same seed gives a different element "
+        "order in Grain than in this library, so it would continue at another element. Start "
+        "the data pipeline afresh. (If you know this library wrote the file, for this same "
+        "pipeline, pass json.loads(its text) to iterator.set_state() yourself.)"
+    )
+
+
 def text_to_state(text: str, owner: Any, path: Any) -> Any:
-    """The state in `text`, in the form `owner.get_state()` uses (bytes, str or a dict)."""
-    current = owner.get_state()
-    if isinstance(current, bytes | bytearray):
-        return text.encode("utf-8")
-    if isinstance(current, str):
-        return text
+    """The state in file text `text`, in the form `owner.get_state()` uses (bytes, str, dict).
+
+    Raises:
+      ValueError: `text` is not JSON, lacks our format marker (a checkpoint of
+        Google's Grain), or was written by a newer format version.
+    """
     try:
-        return json.loads(text)
+        saved = json.loads(text)
     except ValueError as error:
         raise ValueError(f"the iterator state in {path} is not valid JSON: {error}.") from None
+    if not isinstance(saved, dict) or FORMAT_KEY not in saved:
+        raise _foreign(path, saved)
+    version = saved[FORMAT_KEY]
+    if version != FORMAT_VERSION or "state" not in saved:
+        raise ValueError(
+            f"the iterator state in {path} has format {version!r}, which this version of "
+            f"the library does not read (it reads {FORMAT_VERSION}): it was written by "
+            "another version. Restore it with the version that saved it."
+        )
+    state = saved["state"]
+    current = owner.get_state()
+    if isinstance(current, bytes | bytearray):
+        return json.dumps(state, indent=4).encode("utf-8")
+    if isinstance(current, str):
+        return json.dumps(state, indent=4)
+    return state
 
 
 def _saved_process_counts(directory: Any) -> set[int]:
