@@ -601,3 +601,29 @@ def test_neither_elements_nor_name_is_refused_and_a_missing_name_is_named():
     with pytest.raises(FileNotFoundError, match="grain_test_missing"):
         InMemoryDataSource(name="grain_test_missing")
     assert len(InMemoryDataSource([])) == 0
+
+
+def test_grains_list_methods_count_index_and_unlink(no_new_segments):
+    src = InMemoryDataSource(["a", "b", "a"])
+    assert src.count("a") == 2
+    assert src.count("z") == 0
+    assert src.index("b") == 1
+    with pytest.raises(ValueError, match="not in"):
+        src.index("z")
+    name = src.name
+    src.unlink()
+    assert not exists(name)
+    assert src[2] == "a", "a mapped segment stays readable after unlink"
+    src.unlink()  # idempotent
+    src.close()
+
+
+def test_unlink_of_a_segment_attached_by_name(no_new_segments):
+    name = f"grain_test_{uuid.uuid4().hex[:12]}"
+    owner = InMemoryDataSource([1, 2], name=name)
+    reader = InMemoryDataSource(name=name)
+    reader.unlink()
+    assert not exists(name)
+    assert list(owner) == [1, 2]
+    owner.close()
+    reader.close()

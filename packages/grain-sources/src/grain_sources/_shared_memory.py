@@ -556,6 +556,40 @@ class SharedMemoryDataSource:
         for start in range(0, n, _ITER_CHUNK):
             yield from self.__getitems__(range(start, min(start + _ITER_CHUNK, n)))
 
+    def count(self, value: Storable) -> int:
+        """How many elements equal `value` (Grain's ShareableList method)."""
+        return sum(1 for element in self if element == value)
+
+    def index(self, value: Storable) -> int:
+        """The position of the first element equal to `value`; ValueError if none is."""
+        for position, element in enumerate(self):
+            if element == value:
+                return position
+        raise ValueError(f"{value!r} is not in {self!r}.")
+
+    def unlink(self) -> None:
+        """Removes the segment's name now (readers that mapped it keep reading).
+
+        The creating source does this itself on `close()`; call it to remove a
+        segment attached by name (``SharedMemoryDataSource(name=...)``) whose
+        creator cannot. Idempotent.
+        """
+        import _posixshmem  # POSIX only, like the segments themselves
+
+        state = self._state
+        segment = state.segment
+        try:
+            if segment is not None and os.getpid() == state.owner_pid:
+                # Unlinked (and unregistered from the resource tracker) once: close()
+                # then has nothing left to unlink.
+                state.segment = None
+                segment.unlink()
+                segment.close()
+            else:
+                _posixshmem.shm_unlink("/" + state.name)
+        except FileNotFoundError:
+            pass
+
     def close(self) -> None:
         """Releases the shared memory; the creating process also unlinks the segment.
 
