@@ -17,13 +17,11 @@ The settings that change behaviour here:
                              own frames ("auto" and "remove_frames" drop them
                              and say so in a note, "quiet_remove_frames" and
                              "tracebackhide" drop them silently, "off" keeps all)
-  py_dataset_visualization_output_dir
-                             when set, each new pipeline iterator writes its
-                             ``str(dataset)`` view to a file in that directory
 
-The others are accepted so that code written for Grain runs; they select
-Grain's TensorFlow backend or tune its ArrayRecord threads, which do not exist
-here (`docs/compatibility.md` lists them).
+The others are accepted, checked and stored so that code written for Grain
+runs, but change nothing here: they select Grain's TensorFlow backend, tune its
+ArrayRecord threads or its profilers, or write its pipeline graph (``str(ds)``
+prints the pipeline here). `docs/compatibility.md` lists them.
 """
 
 from __future__ import annotations
@@ -90,7 +88,7 @@ _OPTIONS: dict[str, _Option] = {
         "auto", _traceback_mode, "how errors raised inside a pipeline show the library's frames"
     ),
     "py_dataset_visualization_output_dir": _Option(
-        None, _optional_str, "a directory where each new pipeline iterator writes str(dataset)"
+        None, _optional_str, "Grain: writes pipeline graphs (print str(ds) here)", effect=False
     ),
     "py_relay_sigterm_to_main": _Option(
         False, _bool, "Grain: workers relay SIGTERM to the main process", effect=False
