@@ -53,6 +53,7 @@ class Case:
     shuffled: bool = False
     timeout: float = 10.0
     kind: str = "value"
+    isolated: bool = False
 
     @property
     def area(self) -> str:
@@ -66,6 +67,7 @@ class Case:
             "shuffled": self.shuffled,
             "timeout": self.timeout,
             "kind": self.kind,
+            "isolated": self.isolated,
         }
 
 
@@ -89,10 +91,18 @@ def _source_of(fn: Callable[..., Any]) -> str:
 
 
 def case(
-    name: str, *, shuffled: bool = False, timeout: float = 10.0, kind: str = "value"
+    name: str,
+    *,
+    shuffled: bool = False,
+    timeout: float = 10.0,
+    kind: str = "value",
+    isolated: bool = False,
 ) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+    """Register a function case. `isolated=True` runs it in a fresh worker process
+    (for behaviour that depends on process history, like once-per-process logging)."""
+
     def deco(fn: Callable[[], Any]) -> Callable[[], Any]:
-        _register(Case(name, fn, _source_of(fn), shuffled, timeout, kind))
+        _register(Case(name, fn, _source_of(fn), shuffled, timeout, kind, isolated))
         return fn
 
     return deco
@@ -199,8 +209,9 @@ def use(obj: Any, n: int = 6) -> Any:
     """Consume a little of whatever a call returned, without ever running forever.
 
     A MapDataset-like object (len and getitem): its length and the first `n`
-    elements by iteration. An IterDataset: the first `n` elements. An iterator:
-    its next `n` elements. Anything else: itself.
+    elements by iteration. An IterDataset: the first `n` elements. A sampler: its
+    length and first `n` records. An iterator: its next `n` elements. Anything
+    else: itself.
     """
     cls_names = {c.__name__ for c in type(obj).__mro__}
     if "MapDataset" in cls_names:
@@ -208,6 +219,9 @@ def use(obj: Any, n: int = 6) -> Any:
         return {"type": "MapDataset", "len": length, "items": first(obj, n)}
     if "IterDataset" in cls_names:
         return {"type": "IterDataset", "items": first(obj, n)}
+    if any(n.endswith("Sampler") for n in cls_names):
+        length = len(obj)
+        return {"type": "Sampler", "len": length, "items": [obj[i] for i in range(min(length, n))]}
     if "DatasetIterator" in cls_names or (hasattr(obj, "__next__") and hasattr(obj, "__iter__")):
         return {"type": "iterator", "items": list(itertools.islice(obj, n))}
     if "DataLoader" in cls_names:

@@ -555,6 +555,6 @@ bad_expr("bad.opt.mp.positional_unknown", "grain.MultiprocessingOptions(1, 2, Fa
 bad_expr("bad.rec.metadata_missing", "pg.RecordMetadata()")
 bad_expr("bad.rec.record_missing", "pg.Record()")
 sweep("bad.shm_array.shape", "grain.multiprocessing.SharedMemoryArray({v})", [("none", "None"), ("str", "'x'"), ("float_dims", "(2.5,)")])
-sweep("bad.shm_array.dtype", "grain.multiprocessing.SharedMemoryArray((2,), dtype={v})", [("str", "'not_a_dtype'"), ("object", "object")])
+sweep("bad.shm_array.dtype", "grain.multiprocessing.SharedMemoryArray((2,), dtype={v})", [("str", "'not_a_dtype'"), ("object_dtype", "object")])
 sweep("bad.config.update", "grain.config.update({v}, 1)", [("none", "None"), ("int", "5")])
 sweep("bad.config.get_or_default", "grain.config.get_or_default({v})", [("none", "None"), ("int", "5")])

@@ -111,7 +111,7 @@ def _():
 @case("exp.window_shuffle.iter_resume")
 def _():
     r = resume(gx().WindowShuffleIterDataset(_it(15), window_size=4, seed=3), 6)
-    return {"resumed_equal": r["resumed_equal"], "shape": r["state_shape"], "n": len(r["head"]) + len(r["rest"])}
+    return {"resumed_equal": r["resumed_equal"], "state_shape": r["state_shape"], "n": len(r["head"]) + len(r["rest"])}
 
 
 # ------------------------------------------------------------------ ThreadPrefetch
@@ -274,7 +274,7 @@ _resume_case("exp.repeat.resume", lambda: grain.experimental.RepeatIterDataset(g
 def _():
     it = iter(gx().RepeatIterDataset(_it(3), num_epochs=2))
     take(it, 4)
-    return {"shape": state_shape(it.get_state()), "state": it.get_state()}
+    return {"state_shape": state_shape(it.get_state()), "state": it.get_state()}
 
 
 @case("exp.rebatch.basic")
@@ -662,7 +662,7 @@ def _():
     return len(L(ds))
 
 
-@case("exp.options.warn_disabled")
+@case("exp.options.warn_disabled", isolated=True)
 def _():
     ds = gx().WithOptionsIterDataset(
         grain.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x == 0),
@@ -671,7 +671,7 @@ def _():
     return logged_or_warned(lambda: list(ds))
 
 
-@case("exp.options.warn_threshold_lowered")
+@case("exp.options.warn_threshold_lowered", isolated=True)
 def _():
     ds = gx().WithOptionsIterDataset(
         grain.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 2 == 0),

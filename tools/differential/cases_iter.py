@@ -156,13 +156,13 @@ def _():
     return [b.tolist() for b in _it(5).apply([Plus(), grain.transforms.Batch(2, drop_remainder=True)])]
 
 
-@case("iter.filter_warns_threshold")
+@case("iter.filter_warns_threshold", isolated=True)
 def _():
     ds = grain.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x < 5)
     return logged_or_warned(lambda: list(ds))
 
 
-@case("iter.filter_no_warning_below_threshold")
+@case("iter.filter_no_warning_below_threshold", isolated=True)
 def _():
     ds = grain.MapDataset.range(3000).to_iter_dataset().filter(lambda x: x % 2 == 0)
     return logged_or_warned(lambda: len(list(ds)))
@@ -342,7 +342,7 @@ def _():
 def _():
     it = iter(_it(5))
     next(it)
-    return {"shape": state_shape(it.get_state()), "state": it.get_state()}
+    return {"state_shape": state_shape(it.get_state()), "state": it.get_state()}
 
 
 @case("state.to_iter.fresh")
@@ -361,7 +361,7 @@ def _():
 def _():
     it = iter(grain.MapDataset.range(5))
     next(it)
-    return {"shape": state_shape(it.get_state()), "state": it.get_state()}
+    return {"state_shape": state_shape(it.get_state()), "state": it.get_state()}
 
 
 def _resume_case(name: str, build: Any, k: int, limit: int = 200, mode: str = "exact") -> None:
@@ -499,7 +499,7 @@ def _():
     head = take(it, 3)
     st = it.get_state()
     rest = list(it)
-    return {"head": head, "rest": rest, "shape": state_shape(st)}
+    return {"head": head, "rest": rest, "state_shape": state_shape(st)}
 
 
 @case("iter.mp_prefetch.two_workers_order", timeout=60)

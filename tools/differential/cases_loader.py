@@ -160,6 +160,45 @@ def _():
     return list(_loader(10, sampler=s, shard_options=grain.sharding.ShardOptions(0, 2)))
 
 
+@case("dl.shard_options_loader_only", timeout=20)
+def _():
+    out = {}
+    for i in range(3):
+        loader = _loader(10, shard_options=grain.sharding.ShardOptions(i, 3))
+        out[str(i)] = list(loader)
+    return out
+
+
+@case("dl.shard_partition_via_sampler", timeout=20)
+def _():
+    out = {}
+    for i in range(3):
+        s = sampler(10, num_epochs=1, shard_options=grain.sharding.ShardOptions(i, 3))
+        out[str(i)] = list(_loader(10, sampler=s))
+    return out
+
+
+@case("dl.shard_partition_drop_remainder", timeout=20)
+def _():
+    out = {}
+    for i in range(3):
+        so = grain.sharding.ShardOptions(i, 3, drop_remainder=True)
+        out[str(i)] = list(_loader(10, sampler=sampler(10, num_epochs=1, shard_options=so)))
+    return out
+
+
+@case("smp.index.defaults")
+def _():
+    s = grain.samplers.IndexSampler(5)
+    return {"len": len(s), "first": s[0].record_key, "sixth": s[5].record_key}
+
+
+@case("smp.sequential.defaults")
+def _():
+    s = grain.samplers.SequentialSampler(5)
+    return {"len": len(s), "keys": [s[i].record_key for i in range(len(s))]}
+
+
 @case("dl.read_options", timeout=20)
 def _():
     return list(_loader(6, read_options=grain.ReadOptions(num_threads=2, prefetch_buffer_size=4)))

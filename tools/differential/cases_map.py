@@ -235,7 +235,7 @@ expr("map.filter.then_map", "list(grain.MapDataset.range(6).filter(lambda x: x >
 expr("map.filter.to_iter_allow_nones", "list(grain.MapDataset.range(5).filter(lambda x: x % 2 == 0).to_iter_dataset(allow_nones=True))")
 
 
-@case("map.filter.warns_when_mostly_filtered")
+@case("map.filter.warns_when_mostly_filtered", isolated=True)
 def _():
     ds = grain.MapDataset.range(3000).filter(lambda x: x == 0).to_iter_dataset()
     return logged_or_warned(lambda: list(ds))

@@ -48,7 +48,8 @@ class Side:
         self.cwd = cwd
         self.log_dir = log_dir
         self.hello: dict[str, Any] | None = None
-        self.restarts = 0
+        self.launches = 0
+        self.restarts = 0  # relaunches after a hang or a crash
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -79,17 +80,22 @@ class Side:
 
     def run(self, metas: list[dict[str, Any]], results: dict[str, Any], chunk: int) -> None:
         timeouts = {m["case"]: float(m.get("timeout", 10.0)) for m in metas}
-        remaining = [m["case"] for m in metas]
-        while remaining:
-            self._run_once(remaining, timeouts, results, chunk)
-            remaining = [n for n in remaining if n not in results]
+        batches = [[m["case"] for m in metas if not m.get("isolated")]]
+        batches += [[m["case"]] for m in metas if m.get("isolated")]
+        for batch in batches:
+            remaining = batch
+            while remaining:
+                self._run_once(remaining, timeouts, results, chunk)
+                remaining = [n for n in remaining if n not in results]
+                if remaining:
+                    self.restarts += 1
 
     def _run_once(
         self, names: list[str], timeouts: dict[str, float], results: dict[str, Any], chunk: int
     ) -> None:
         os.makedirs(self.log_dir, exist_ok=True)
-        log_path = os.path.join(self.log_dir, f"{self.label}-{chunk}-{self.restarts}.stderr")
-        self.restarts += 1
+        log_path = os.path.join(self.log_dir, f"{self.label}-{chunk}-{self.launches}.stderr")
+        self.launches += 1
         with open(log_path, "w") as log:
             proc = subprocess.Popen(
                 [*self.cmd, WORKER, "--run"],
@@ -222,7 +228,7 @@ def summarize(records: list[dict[str, Any]], sides: dict[str, Side], secs: float
         h = side.hello or {}
         out.append(
             f"- {label}: grain from `{h.get('grain_file')}` (python {h.get('python')}, "
-            f"worker restarts {side.restarts - 1})"
+            f"{side.launches} worker processes, {side.restarts} restarted after a hang or crash)"
         )
     out += [
         f"- wall time: {secs:.0f} s",
