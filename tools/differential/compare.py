@@ -265,6 +265,8 @@ def compare(meta: dict[str, Any], ours: dict[str, Any], up: dict[str, Any]) -> d
                 "detail": f"upstream raises at {st_u}, ours at {st_o}",
             }
         return {"verdict": "agree"}
+    if su == so and su in ("timeout", "hang", "crash"):
+        return {"verdict": "agree"}  # both sides fail the same way (recorded as such)
     if su == "ok" and so == "raised":
         if is_missing(ours):
             return {"verdict": "differ", "why": "missing", "detail": ours["exc"].get("msg", "")}

@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 from bydesign import classify  # noqa: E402
 from compare import compare, is_missing  # noqa: E402
 
-GRACE_S = 15.0
+GRACE_S = float(os.environ.get("GRAINDIFF_GRACE_S", "15"))
 STARTUP_S = 180.0
 
 

@@ -59,7 +59,8 @@ def load_cases() -> dict[str, Any]:
 
     import _registry
 
-    for m in CASE_MODULES:
+    extra = [m for m in os.environ.get("GRAINDIFF_EXTRA_CASES", "").split(",") if m]
+    for m in CASE_MODULES + extra:  # extra: e.g. a module of harness self-checks
         importlib.import_module(m)
     return _registry.CASES
 
