@@ -513,7 +513,7 @@ sweep("bad.smp.index.seed_no_shuffle", "grain.samplers.IndexSampler(5, shard_opt
 sweep("bad.smp.index.shard_options", "grain.samplers.IndexSampler(5, shard_options={v})", [("none", "None"), ("int", "5"), ("tuple", "(0, 1)")])
 sweep("bad.smp.index.shuffle", "grain.samplers.IndexSampler(5, shard_options=grain.sharding.NoSharding(), shuffle={v}, seed=1)", BOOL)
 sweep("bad.smp.index.getitem", "grain.samplers.IndexSampler(5, shard_options=grain.sharding.NoSharding(), num_epochs=1)[{v}]", [("str", "'a'"), ("float", "1.5"), ("none", "None"), ("slice", "1:3")])
-bad_expr("bad.smp.index.positional_shard", "grain.samplers.IndexSampler(5, grain.sharding.NoSharding(), True, 1, 3)")
+bad_expr("bad.smp.index.positional_shard", "grain.samplers.IndexSampler(5, grain.sharding.NoSharding(), False, 1, 3)")
 sweep("bad.smp.sequential.num_records", "grain.samplers.SequentialSampler({v})", [("zero", "0"), ("neg", "-1"), ("none", "None")])
 sweep("bad.smp.sequential.seed", "grain.samplers.SequentialSampler(5, seed={v})", [("neg", "-1"), ("2**32", "2**32")])
 bad_expr("bad.smp.sampler_abstract", "grain.samplers.Sampler()")
