@@ -1,0 +1,328 @@
+"""Differences we accept, each with its reason.
+
+A rule matches a case by name pattern (fnmatch) and by the comparison's tag
+(`why`, from compare.py); an optional `only_keys` says that the two values may
+differ only under those top-level keys of a dict result (everything else must
+be equal). The first matching rule classifies the case as "differ-by-design".
+Anything that matches no rule stays "differ" and is reported for fixing.
+
+Keep this table short and honest: a rule is for a deliberate design choice or
+an upstream behaviour we do not copy, never for a bug we have not fixed yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import re
+from collections.abc import Callable
+from typing import Any
+
+from compare import values_equal
+
+# Names that leak from `from typing import ...` or `from __future__ import
+# annotations` into a namespace: never a deliberate addition.
+LEAKED_NAMES = set(
+    """
+    Any TYPE_CHECKING annotations Optional Union Callable Sequence Mapping Iterable
+    Iterator TypeVar Generic cast overload dataclasses typing np numpy os sys
+    """.split()
+)
+
+
+# Upstream exceptions that are accidents of its implementation rather than a
+# deliberate check: no program can rely on them.
+INCIDENTAL_TYPES = {"AttributeError", "AssertionError", "ZeroDivisionError", "PyGrainInternalError"}
+INCIDENTAL_MESSAGES = (
+    "object has no attribute",
+    "unsupported operand",
+    "not supported between instances",
+    "arg is an empty sequence",
+    "index out of range",
+    "incompatible function arguments",
+    "object is not callable",
+    "has no len()",
+    "is not iterable",
+    "object is not subscriptable",
+    "cannot convert float",
+    "cannot be interpreted as an integer",
+    "only integers, slices",
+    "pytree structure error",
+    "invalid literal for int()",
+    "division by zero",
+    "division or modulo by zero",
+    "truth value of an array",
+    "out of bounds for uint64",
+)
+_BARE_KEY = re.compile(r"^(?:'[^']*'|<class '[^']*'>)$")
+
+
+def incidental(exc: dict[str, Any]) -> bool:
+    if exc["type"] in INCIDENTAL_TYPES:
+        return True
+    msg = exc.get("msg", "")
+    if exc["type"] == "KeyError" and _BARE_KEY.match(msg):
+        return True  # a dict lookup of upstream's, not a check
+    return any(m in msg for m in INCIDENTAL_MESSAGES)
+
+
+def _ours_deliberate(ours: dict[str, Any]) -> bool:
+    if ours.get("status") != "raised":
+        return False
+    mro = ours["exc"].get("mro", [])
+    return any(t in mro for t in ("TypeError", "ValueError", "LookupError"))
+
+
+def upstream_incidental(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+    return (
+        up.get("status") == "raised"
+        and incidental(up["exc"])
+        and _ours_deliberate(ours)
+        and not _ours_lacks_feature(name, ours)
+    )
+
+
+# The kinds of bad value (the `=label` suffix of bad.* cases) that are of the
+# wrong type or outside the documented range, so rejecting them is validation,
+# not lost functionality. Labels where upstream's acceptance is plausibly a
+# feature (a MapDataset where an IterDataset is expected, an empty list, ...)
+# are deliberately absent.
+STRICT_LABELS = set(
+    """
+    str float none bool np_float object dict list tuple lambda set generator iterator
+    class_not_instance slice_str threads_str contains_int str_len shape_int int
+    map_transform filter_transform next_index_float
+    neg negative 2**32 2**64 above_one zero nan inf
+    """.split()
+)
+
+
+def _ours_lacks_feature(name: str, ours: Any) -> bool:
+    """Ours failed because it lacks the parameter or the input kind, not because the
+    value is bad: that is a missing feature, reported elsewhere, never by design."""
+    msg = ours.get("exc", {}).get("msg", "") if ours.get("status") == "raised" else ""
+    return "unexpected keyword argument" in msg or name.startswith("bad.iter.mix.mapping")
+
+
+def ours_stricter(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+    label = name.rsplit("=", 1)[-1] if "=" in name else None
+    return (
+        name.startswith("bad.")
+        and not _ours_lacks_feature(name, ours)
+        and label in STRICT_LABELS
+        and up.get("status") == "ok"
+        and _ours_deliberate(ours)
+        and ours["exc"].get("stage") == "construct"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    pattern: str
+    whys: tuple[str, ...]
+    reason: str
+    only_keys: tuple[str, ...] = ()
+    predicate: Callable[[str, dict[str, Any], Any, Any], bool] | None = None
+
+    def matches(self, name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+        if not fnmatch.fnmatchcase(name, self.pattern):
+            return False
+        if self.whys and cmp.get("why") not in self.whys:
+            return False
+        if self.predicate is not None and not self.predicate(name, cmp, ours, up):
+            return False
+        if cmp.get("why") == "names-extra" and set(cmp.get("extra", [])) & LEAKED_NAMES:
+            return False
+        if self.only_keys:
+            a, b = ours.get("value"), up.get("value")
+            if not (isinstance(a, dict) and isinstance(b, dict)):
+                return False
+            keys = (set(a) | set(b)) - set(self.only_keys)
+            if not all(k in a and k in b and values_equal(a[k], b[k]) for k in keys):
+                return False
+        return True
+
+
+STATE_FORMAT = (
+    "iterator state format is implementation-defined: upstream's DatasetIterator.get_state "
+    "docstring reserves the right to change it and only guarantees restoring with the same "
+    "code; ours records global positions in the index space (DESIGN.md), so its keys differ. "
+    "The resumed elements are compared (and must agree) in the same case."
+)
+SHUFFLE_ALGO = (
+    "shuffle order: ours uses its own keyed bijective index shuffle (grain-index SHUFFLE.md), "
+    "not upstream's Feistel index_shuffle, so the permutation for a given seed differs; the "
+    "same elements come out (checked by the sibling `shuffled=True` cases)"
+)
+
+RULES: list[Rule] = [
+    Rule(
+        "sig.*",
+        ("sig-superset",),
+        "signature is a compatible superset: every call valid upstream is valid in ours with "
+        "the same meaning (extra optional parameters, or keyword-only made positional-or-keyword)",
+    ),
+    Rule(
+        "member.*",
+        ("sig-superset",),
+        "signature is a compatible superset: every call valid upstream is valid in ours with "
+        "the same meaning (extra optional parameters, or keyword-only made positional-or-keyword)",
+    ),
+    Rule(
+        "names.*",
+        ("names-extra",),
+        "ours offers documented names beyond 0.2.18 (nothing of upstream's is missing)",
+    ),
+    Rule(
+        "bad.*",
+        ("stage-earlier",),
+        "same exception family, raised at the bad call instead of on first iteration: ours "
+        "validates arguments eagerly (DESIGN.md: bad input raises a clear exception saying what "
+        "was wrong); no valid program is affected",
+    ),
+    Rule(
+        "*",
+        ("exception-type",),
+        "upstream fails here with an incidental exception of its internals (AttributeError, "
+        "AssertionError, ZeroDivisionError, a bare KeyError, a TypeError from an operator...), "
+        "which no program can rely on; ours raises a deliberate TypeError/ValueError that names "
+        "the argument and the fix (DESIGN.md)",
+        predicate=upstream_incidental,
+    ),
+    Rule(
+        "bad.*",
+        ("ours-raises",),
+        "stricter validation: the value is of the wrong type or outside the documented range "
+        "(a str/float/None/bool where an int or bool is documented, a negative or zero size, a "
+        "seed outside [0, 2**32) or [0, 2**64), ...); upstream silently accepts it and computes "
+        "something meaningless, ours raises TypeError/ValueError at the call (DESIGN.md: bad "
+        "input raises a clear exception)",
+        predicate=ours_stricter,
+    ),
+    Rule(
+        "bad.dl.*",
+        ("ours-raises",),
+        "upstream bug not copied: with a sampler over more records than the data source holds, "
+        "upstream silently reads records modulo the source length (duplicates, wrong data); "
+        "ours refuses the DataLoader at construction",
+        predicate=lambda n, c, o, u: n.endswith(("=short", "sampler_longer_than_source")),
+    ),
+    Rule(
+        "bad.src.range.missing_step",
+        ("ours-accepts",),
+        "signature superset: ours gives RangeDataSource's `step` a default of 1",
+    ),
+    Rule("bad.state.mix=parents_short", ("ours-raises",), STATE_FORMAT),
+    Rule(
+        "bad.shm_array.dtype=object_dtype",
+        ("ours-raises",),
+        "an object-dtype array holds pointers into one process's heap, so it cannot be shared "
+        "memory; upstream allocates it anyway (useless across processes), ours refuses",
+    ),
+    Rule("exp.index_shuffle.values", ("value", "order-only"), SHUFFLE_ALGO),
+    Rule("bad.map.shuffle.seed_kw=np_uint32_max", ("order-only",), SHUFFLE_ALGO),
+    Rule("bad.map.shuffle_infinite", ("value",), SHUFFLE_ALGO),
+    Rule(
+        "map.mix.float_weights",
+        ("value",),
+        "MapDataset.mix order: ours uses its documented earliest-deadline-first schedule "
+        "(docs/index_math.md, every prefix within one element of each exact share); upstream "
+        "uses a different selection; both honour the weights (see map.mix.proportions)",
+    ),
+    Rule(
+        "exp.repeat.empty_infinite",
+        ("status timeout vs ok",),
+        "upstream bug not copied: an infinite RepeatIterDataset over an empty dataset spins "
+        "forever in upstream; ours ends the iteration (there is nothing to repeat)",
+    ),
+    Rule(
+        "iter.iterator.context_manager",
+        ("value",),
+        "ours adds `with` support to iterators (closes them); no upstream program is affected",
+    ),
+    Rule(
+        "sig.grain.experimental.ShapeDtypeStruct",
+        ("sig-incompatible",),
+        "upstream artefact not copied: its dataclass fields 'default' to property objects, so "
+        "ShapeDtypeStruct() builds an object whose shape and dtype are property objects; ours "
+        "requires both",
+    ),
+    Rule(
+        "bad.exp.shape_dtype_struct=no_args",
+        ("ours-raises",),
+        "upstream artefact not copied: ShapeDtypeStruct() with no arguments yields property "
+        "objects as shape/dtype; ours requires both",
+    ),
+    Rule("state.shape.*", ("value",), STATE_FORMAT),
+    Rule("*.state_shape*", ("value",), STATE_FORMAT),
+    Rule("dl.state.fresh", ("value",), STATE_FORMAT),
+    Rule("dl.state.type_and_content", ("value",), STATE_FORMAT, only_keys=("decoded",)),
+    Rule(
+        "dl.state.set_state_other_worker_count",
+        ("ours-accepts",),
+        "elastic resume is a design goal (DESIGN.md: state as global positions so that a "
+        "checkpoint taken with N workers resumes with M); upstream refuses a different "
+        "worker_count",
+    ),
+    Rule(
+        "bad.state.dataloader_other_worker_count",
+        ("ours-accepts",),
+        "elastic resume is a design goal (DESIGN.md: state as global positions so that a "
+        "checkpoint taken with N workers resumes with M); upstream refuses a different "
+        "worker_count",
+    ),
+    Rule(
+        "map.mix.proportions",
+        ("value",),
+        "MapDataset.mix order: ours uses its documented earliest-deadline-first schedule "
+        "(docs/index_math.md); both stay within one element of each exact share",
+    ),
+    Rule(
+        "*flat_map*over_fan_out",
+        ("ours-raises",),
+        "documented behaviour: FlatMapTransform's docstring says exceeding max_fan_out raises; "
+        "upstream's FlatMapIterDataset does not check (its FlatMapMapDataset does), ours checks "
+        "both",
+    ),
+    Rule(
+        "bad.exp.flat_map_iter.exceeds_fan_out",
+        ("ours-raises",),
+        "documented behaviour: FlatMapTransform's docstring says exceeding max_fan_out raises; "
+        "upstream's FlatMapIterDataset does not check (its FlatMapMapDataset does), ours checks "
+        "both",
+    ),
+    Rule(
+        "exp.flat_map.iter_generator",
+        ("ours-accepts",),
+        "ours accepts any iterable from flat_map; upstream fails with an incidental TypeError "
+        "(it calls len() on the result), so no upstream program is affected",
+    ),
+    Rule(
+        "tr.map_with_index_in_dataloader",
+        ("ours-accepts",),
+        "ours runs MapWithIndex in the DataLoader; upstream fails with an incidental TypeError "
+        "('object is not callable'), so no upstream program is affected",
+    ),
+    Rule(
+        "smp.sampler_protocol",
+        ("ours-accepts",),
+        "ours' Sampler protocol is runtime-checkable (isinstance works); upstream's raises "
+        "TypeError on isinstance; no upstream program is affected",
+    ),
+    Rule("state.values.*", ("value",), STATE_FORMAT),
+    Rule("state.to_iter.*", ("value",), STATE_FORMAT),
+    Rule("state.map_iter.*", ("value",), STATE_FORMAT),
+    Rule("map.iterator_get_state_shape", ("value",), STATE_FORMAT),
+    Rule("map.iterator_state_values", ("value",), STATE_FORMAT),
+    Rule("*", ("value",), STATE_FORMAT, only_keys=("state_shape",)),
+    Rule("*", ("value",), STATE_FORMAT, only_keys=("state_shape", "state")),
+]
+
+
+def classify(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> tuple[str, str | None]:
+    if cmp["verdict"] == "agree":
+        return "agree", None
+    for rule in RULES:
+        if rule.matches(name, cmp, ours, up):
+            return "differ-by-design", rule.reason
+    return "differ", None
