@@ -369,3 +369,50 @@ def test_monitoring_metrics_keep_values_per_label():
     with pytest.raises(ValueError, match="exists already"):
         monitoring.Metric("/test/grain_extras/c")
     assert monitoring.get_monitoring_root() is None
+
+
+# -- Grain's exception types and dict mixtures ---------------------------------------------------
+
+
+def test_iter_mix_takes_grains_dicts_of_datasets_and_weights():
+    a = MapDataset.range(10).to_iter_dataset()
+    b = MapDataset.range(100, 103).to_iter_dataset()
+    by_name = list(grain_dataset.IterDataset.mix({"a": a, "b": b}, {"b": 1, "a": 2}))
+    assert by_name == list(grain_dataset.IterDataset.mix([a, b], [2, 1]))
+    assert list(grain_dataset.IterDataset.mix({"a": a, "b": b})) == list(
+        grain_dataset.IterDataset.mix([a, b])
+    )
+    with pytest.raises(ValueError, match="keys"):
+        grain_dataset.IterDataset.mix({"a": a, "b": b}, {"a": 1})
+    with pytest.raises(TypeError, match="dict"):
+        grain_dataset.IterDataset.mix({"a": a, "b": b}, [1, 1])
+    with pytest.raises(TypeError, match="dict"):
+        grain_dataset.IterDataset.mix([a, b], {"a": 1, "b": 1})
+
+
+@pytest.mark.parametrize("bad", [None, 3, "x", 1.5])
+def test_slice_by_a_non_slice_raises_both_type_and_value_error(bad):
+    # Grain raises ValueError here, this library TypeError: the error is both.
+    for kind in (TypeError, ValueError):
+        with pytest.raises(kind, match="slice"):
+            MapDataset.range(5).slice(bad)
+
+
+def test_out_of_range_positions_raise_index_error_as_in_grain():
+    it = iter(MapDataset.range(5).to_iter_dataset())
+    for state in ({"next_index": -1}, {"next_index": 6}):
+        for kind in (IndexError, ValueError):
+            with pytest.raises(kind):
+                it.set_state(state)
+    with pytest.raises(IndexError):
+        set_next_index(it, -1)
+    assert next(it) == 0
+
+
+def test_batch_and_pad_of_no_list_and_bos_of_a_string_raise_value_error_too():
+    with pytest.raises(ValueError, match="values"):
+        grain_dataset.batch_and_pad(None, batch_size=2)
+    with pytest.raises(ValueError, match="bos_handling"):
+        grain_dataset.ConcatThenSplitIterDataset(
+            MapDataset.range(3).to_iter_dataset(), length_struct={"x": 4}, bos_handling="x"
+        )

@@ -112,7 +112,6 @@ BAD_ARGUMENTS = {
     "mix of a non-dataset": (lambda: MapDataset.mix([ds(), [1, 2]]), TypeError, "datasets"),
     "mix of one dataset not in a list": (lambda: MapDataset.mix(ds()), TypeError, "datasets"),
     # concatenate
-    "concatenate empty": (lambda: MapDataset.concatenate([]), ValueError, "datasets"),
     "concatenate of a non-dataset": (
         lambda: MapDataset.concatenate([ds(), range(3)]),
         TypeError,
@@ -181,10 +180,14 @@ def test_bad_argument_raises_naming_the_argument(build, error, words):
         build()
 
 
-def test_repeat_of_an_empty_dataset_raises():
-    # The code's choice: an empty dataset has nothing to repeat.
-    with pytest.raises(ValueError, match="empty"):
-        MapDataset.range(0).repeat()
+def test_repeat_and_concatenate_of_nothing_are_empty_as_in_grain():
+    assert len(MapDataset.range(0).repeat()) == 0
+    assert list(MapDataset.range(0).repeat(3, reseed_each_epoch=False)) == []
+    empty = MapDataset.concatenate([])
+    assert len(empty) == 0
+    assert list(empty) == []
+    with pytest.raises(IndexError):
+        empty[0]
 
 
 def test_selection_map_pointing_past_the_datasets_raises_on_access():

@@ -301,11 +301,12 @@ def test_negative_index_of_a_shuffle_reads_epoch_0_not_the_last_epoch():
 
 
 @pytest.mark.parametrize("index", [-8, -9, -1000, -(2**70)])
-def test_index_below_minus_len_raises_index_error(index):
+def test_index_below_minus_len_wraps_around_the_first_epoch_as_in_grain(index):
+    assert MapDataset.range(7)[index] == index % 7
+    shuffled = MapDataset.range(7).seed(0).shuffle()
+    assert shuffled[index] == shuffled[index % 7]
     with pytest.raises(IndexError):
-        MapDataset.range(7)[index]
-    with pytest.raises(IndexError):
-        MapDataset.range(7).seed(0).shuffle()[index]
+        MapDataset.range(0)[index]
 
 
 @pytest.mark.parametrize("index", [1.0, 0.0, "0", None, [0], np.float64(1.0), 1j])

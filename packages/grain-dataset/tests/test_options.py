@@ -93,7 +93,9 @@ def test_options_are_immutable():
 
 def test_with_options_rejects_bad_arguments():
     with pytest.raises(TypeError):
-        WithOptionsIterDataset(MapDataset.range(3), DatasetOptions())
+        WithOptionsIterDataset([1, 2], DatasetOptions())
+    # A MapDataset is read with to_iter_dataset(), as Grain accepts it.
+    assert list(WithOptionsIterDataset(MapDataset.range(3), DatasetOptions())) == [0, 1, 2]
     with pytest.raises(TypeError):
         WithOptionsIterDataset(MapDataset.range(3).to_iter_dataset(), {RAISE: 0.5})
 
@@ -239,3 +241,18 @@ def test_fields_set_at_different_levels_combine():
     inner = with_options(drops(20), **{WARN: None})
     with pytest.raises(ValueError, match=RAISE):
         list(with_options(inner, **{RAISE: 0.5}))
+
+
+def test_read_options_are_mutable_and_checked_like_grains():
+    options = ReadOptions()
+    options.num_threads = 2
+    assert options == ReadOptions(num_threads=2)
+    with pytest.raises(ValueError, match="num_threads"):
+        options.num_threads = -1
+    with pytest.raises(TypeError, match="prefetch_buffer_size"):
+        options.prefetch_buffer_size = "many"
+    assert options.num_threads == 2
+    with pytest.raises(TypeError):
+        hash(options)  # mutable, so unhashable, as in Grain
+    ds = MapDataset.range(5).to_iter_dataset(options)
+    assert list(ds) == [0, 1, 2, 3, 4]

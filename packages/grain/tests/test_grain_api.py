@@ -17,38 +17,11 @@ import pytest
 
 API = json.loads((pathlib.Path(__file__).parent / "grain_0_2_18_api.json").read_text())["names"]
 
-# Names of Grain 0.2.18 that do not exist here, on purpose.
-ABSENT = {
-    "grain.proto": "Grain's protobuf of its execution summary; no protobuf dependency here "
-    "(the statistics are `it.stats()` and grain.monitoring)",
-    "grain.experimental.ElasticIterator": "raises an AttributeError saying it is not built "
-    "yet (elastic resume is its own piece of work)",
-    "grain.python.experimental.ElasticIterator": "as grain.experimental.ElasticIterator",
-    # Leaked imports of Grain's monitoring module, not API.
-    "grain.monitoring.annotations": "a `from __future__ import annotations` in Grain's module",
-    "grain.monitoring.fast_monitoring": "None in Grain's open-source build",
-    "grain.monitoring.monitoring_base": "Grain's internal module",
-}
-
-# (name, parameter) pairs whose kind or default differs here, on purpose.
-DIFFERENT = {
-    ("grain.experimental.DatasetOptions", "*"): "the defaults are a sentinel that records "
-    "which options were given (for merge()); the values are Grain's",
-    ("grain.python.experimental.DatasetOptions", "*"): "as grain.experimental.DatasetOptions",
-    ("grain.experimental.InterleaveIterDataset", "iter_buffer_size"): "0 (no thread per "
-    "open dataset) by default; pass 1 for Grain's one-element read-ahead thread per dataset",
-    ("grain.python.experimental.InterleaveIterDataset", "iter_buffer_size"): "as above",
-    ("grain.monitoring.Bucketer", "*"): "holds the bucket bounds (`Bucketer(bounds)`, "
-    "`Bucketer.PowersOf(base)`); Grain's takes only a bucketer_type for its metric server",
-    ("grain.experimental.ShapeDtypeStruct", "*"): "a frozen dataclass (shape, dtype) with "
-    "required fields; Grain's is a protocol class with properties",
-    ("grain.python.experimental.ShapeDtypeStruct", "*"): "as above",
-    ("grain.experimental.WindowShuffleIterDataset", "seed"): "optional: derived from "
-    "ds.seed(...) upstream when not given, as every other random stage here",
-    ("grain.experimental.WindowShuffleMapDataset", "seed"): "as above",
-    ("grain.python.experimental.WindowShuffleIterDataset", "seed"): "as above",
-    ("grain.python.experimental.WindowShuffleMapDataset", "seed"): "as above",
-}
+NOTES = json.loads((pathlib.Path(__file__).parent / "grain_api_notes.json").read_text())
+# Names of Grain 0.2.18 that do not exist here, on purpose, and (name, parameter) pairs whose
+# kind or default differs ("*": the whole signature), with the reason.
+ABSENT = NOTES["absent"]
+DIFFERENT = {tuple(key.split(":")): reason for key, reason in NOTES["different"].items()}
 # Parameters renamed in methods that are always called positionally.
 POSITIONAL_ONLY_IN_PRACTICE = {"__getitem__"}
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import builtins
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -143,15 +143,16 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         return func(self, *args, **kwargs)
 
 
-def dataset_list(value: Any, name: str, stage: str) -> list[Any]:
-    """`value` as a list after checking it is a non-empty list or tuple (not a dataset)."""
+def dataset_list(value: Any, name: str, stage: str, *, allow_empty: bool = False) -> list[Any]:
+    """`value` as a list after checking it is a list or tuple (not a dataset), non-empty
+    unless `allow_empty`."""
     if isinstance(value, _Dataset) or not isinstance(value, Sequence):
         raise TypeError(
             f"`{name}` of {stage} must be a list of datasets, like {stage}([ds1, ds2]); "
             f"got {type(value).__name__}."
         )
     values = list(value)
-    if not values:
+    if not values and not allow_empty:
         raise ValueError(f"`{name}` of {stage} is empty: it must hold at least one dataset.")
     return values
 
@@ -170,18 +171,17 @@ def as_iter_dataset(dataset: Any, name: str, stage: str | None = None) -> IterDa
 
 
 def check_index(index: Any, length: int) -> int:
-    """Returns `index` as a non-negative int; negatives count from the end of epoch 0."""
+    """Returns `index` as a non-negative int.
+
+    Negative indices count back from the end of epoch 0 and wrap around it, as in
+    Grain: with 10 elements, -1 is 9 and -11 is 9 again.
+    """
     if type(index) is not int:
         index = _validate.as_int(index, "index")
-    if index < 0:
-        if index < -length:
-            raise IndexError(
-                f"index {index} is out of range for a dataset of length {length}: "
-                "negative indices count back from the end of the first epoch."
-            )
-        index += length
     if length == 0:
         raise IndexError("the dataset is empty: it has no element at any index.")
+    if index < 0:
+        index %= length
     return index
 
 
@@ -401,10 +401,15 @@ class IterDataset(_Dataset, Generic[T]):
     """
 
     @staticmethod
-    def mix(datasets: Sequence[IterDataset[T]], weights: Sequence[float] | None = None) -> Any:
+    def mix(
+        datasets: Sequence[IterDataset[T]] | Mapping[str, IterDataset[T]],
+        weights: Sequence[float] | Mapping[str, float] | None = None,
+    ) -> Any:
         """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
 
-        It stops as soon as the component it needs next is exhausted.
+        It stops as soon as the component it needs next is exhausted. `datasets`
+        may be a dict of name to dataset, with `weights` a dict of the same
+        names (the components are taken in the dict's order).
 
         Example::
 

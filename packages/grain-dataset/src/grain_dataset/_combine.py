@@ -18,8 +18,8 @@ from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import MixingSchedule, _validate
 
 
-def _check_datasets(datasets: Any, what: str) -> list[MapDataset[Any]]:
-    values = dataset_list(datasets, "datasets", what)
+def _check_datasets(datasets: Any, what: str, allow_empty: bool = False) -> list[MapDataset[Any]]:
+    values = dataset_list(datasets, "datasets", what, allow_empty=allow_empty)
     for i, dataset in enumerate(values):
         if not isinstance(dataset, MapDataset):
             raise TypeError(
@@ -72,7 +72,8 @@ class ConcatenateMapDataset(MapStage):
     """The components' elements one after the other."""
 
     def __init__(self, datasets: Sequence[MapDataset[Any]]):
-        datasets = _check_datasets(datasets, "concatenate")
+        # No datasets is an empty dataset, as in Grain.
+        datasets = _check_datasets(datasets, "concatenate", allow_empty=True)
         super().__init__(datasets)
         self._datasets = datasets
         self._lengths = [len(dataset) for dataset in datasets]

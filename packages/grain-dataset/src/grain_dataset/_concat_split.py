@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._errors import WrongTypeError
 from grain_dataset._packing import SEGMENT_DTYPE, Layout
 from grain_dataset._state import check_state
 from grain_index import _validate
@@ -125,7 +126,7 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
             )
         self._layout = Layout(length_struct, (), name)
         if not isinstance(bos_handling, BOSHandling):
-            raise TypeError(
+            raise WrongTypeError(
                 f"`bos_handling` must be a BOSHandling (DO_NOTHING or "
                 f"REPLACE_FIRST_TOKEN_WITH_BOS), got {bos_handling!r}."
             )

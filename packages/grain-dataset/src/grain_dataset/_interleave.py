@@ -7,10 +7,11 @@ other slots stay empty for good). Output is round robin over the slots:
 
   1. Ask the iterator in the current slot for an element. If it has one, that
      is the output, and the turn passes to the next slot (wrapping around).
-  2. If it is exhausted, the slot is refilled at once with an iterator over the
-     next dataset not yet opened (the lowest index), and step 1 is repeated for
-     the same slot. When every dataset has been opened, the slot stays
-     exhausted and is skipped from then on.
+  2. If it is exhausted, the slot is refilled with an iterator over the next
+     dataset not yet opened (the lowest index) and the turn passes to the next
+     slot: the new iterator gives its first element on the slot's next turn,
+     as in Grain. When every dataset has been opened, the slot stays exhausted
+     and is skipped from then on.
   3. The output ends when every slot is empty or exhausted.
 
 So cycle_length=1 chains the datasets, and a cycle_length of at least the
@@ -49,8 +50,9 @@ tries the opening again).
 
 Shutdown: `close()` (also run by `del` and the garbage collector) stops the
 opening threads and closes the open iterators, remembering their states; the
-threads hold the datasets and their tasks, never the interleave iterator.
-Reading on after `close` reopens the datasets where they were.
+threads hold the datasets and their tasks, never the interleave iterator. The
+interleave iterator the user holds then refuses `next()`; a stage that closes
+an interleave inside it and reads on reopens the datasets where they were.
 """
 
 from __future__ import annotations
@@ -402,6 +404,7 @@ class _InterleaveIterator(DatasetIterator[Any]):
                 if self._next_dataset < self._count:
                     slots[position] = self._take_next()
                     iterator.close()
+                    self._slot = (position + 1) % cycle
                 else:
                     slot.state = iterator.get_state()
                     slot.exhausted = True

@@ -9,7 +9,7 @@ whose component is exhausted, as the API reference documents.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from grain_dataset._base import (
@@ -24,11 +24,42 @@ from grain_dataset._state import check_parents_state, check_state
 from grain_index import MixingSchedule
 
 
+def _by_name(datasets: Any, weights: Any) -> tuple[Any, Any]:
+    """Grain's dict form, ``mix({"a": ds1, "b": ds2}, {"a": 0.7, "b": 0.3})``, as lists."""
+    if not isinstance(datasets, Mapping):
+        if isinstance(weights, Mapping):
+            raise TypeError(
+                "`weights` of mix is a dict, so `datasets` must be a dict with the same keys; "
+                f"got {type(datasets).__name__}."
+            )
+        return datasets, weights
+    names = list(datasets)
+    if weights is None:
+        return [datasets[name] for name in names], None
+    if not isinstance(weights, Mapping):
+        raise TypeError(
+            "`datasets` of mix is a dict, so `weights` must be a dict with the same keys, "
+            f"like {{{', '.join(repr(n) + ': 1.0' for n in names[:2])}}}; got "
+            f"{type(weights).__name__}."
+        )
+    if set(weights) != set(names):
+        raise ValueError(
+            f"`weights` of mix must have the keys of `datasets`, {sorted(names)}; got "
+            f"{sorted(weights)}."
+        )
+    return [datasets[name] for name in names], [weights[name] for name in names]
+
+
 @register("iter_mix")
 class MixedIterDataset(IterDataset[Any]):
     """The components interleaved in proportion to their weights."""
 
-    def __init__(self, datasets: Sequence[IterDataset[Any]], weights: Sequence[float] | None):
+    def __init__(
+        self,
+        datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
+        weights: Sequence[float] | Mapping[str, float] | None,
+    ):
+        datasets, weights = _by_name(datasets, weights)
         datasets = dataset_list(datasets, "datasets", "mix")
         datasets = [as_iter_dataset(ds, f"datasets[{i}]", "mix") for i, ds in enumerate(datasets)]
         super().__init__(datasets)

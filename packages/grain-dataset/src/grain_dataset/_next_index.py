@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from grain_dataset._errors import OutOfRangeError
 from grain_index import _validate
 
 
@@ -66,7 +67,9 @@ def set_next_index(ds_iter: Any, index: int) -> None:
       IndexError: `index` is past the end of the dataset.
     """
     method = _hook(ds_iter, "_set_next_index")
-    index = _validate.int_in_range(index, "index", 0)
+    index = _validate.as_int(index, "index")
+    if index < 0:
+        raise OutOfRangeError(f"`index` must be >= 0, got {index}.")
     with _locked(ds_iter):
         method(index)
 

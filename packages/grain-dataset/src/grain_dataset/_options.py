@@ -10,7 +10,7 @@ from typing import Any
 from grain_index import _validate
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class ReadOptions:
     """How `MapDataset.to_iter_dataset` reads and transforms elements.
 
@@ -20,6 +20,9 @@ class ReadOptions:
       prefetch_buffer_size: the most elements in flight (read ahead but not
         yet returned); it bounds memory.
 
+    Mutable, as Grain's is (a field set later is checked too); a pipeline reads
+    the values when its iterator is created.
+
     Example::
 
         ds.to_iter_dataset(grain.ReadOptions(num_threads=16, prefetch_buffer_size=500))
@@ -28,9 +31,10 @@ class ReadOptions:
     num_threads: int = 16
     prefetch_buffer_size: int = 500
 
-    def __post_init__(self) -> None:
-        _validate.int_in_range(self.num_threads, "ReadOptions.num_threads", 0)
-        _validate.int_in_range(self.prefetch_buffer_size, "ReadOptions.prefetch_buffer_size", 0)
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("num_threads", "prefetch_buffer_size"):
+            _validate.int_in_range(value, f"ReadOptions.{name}", 0)
+        object.__setattr__(self, name, value)
 
 
 def _ratio(value: Any, name: str) -> float | None:

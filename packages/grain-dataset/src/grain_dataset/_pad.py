@@ -17,12 +17,13 @@ on the real rows, so a loss or metric can weight the padding out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from grain_dataset._element_spec import Path, map_with_path, path_name
+from grain_dataset._errors import WrongTypeError
 from grain_dataset._tree import stack
 from grain_index import _validate
 
@@ -85,6 +86,10 @@ def batch_and_pad(
       TypeError: `mask_key` is set but the elements are not dicts.
     """
     batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
+    if not isinstance(values, Iterable):
+        raise WrongTypeError(
+            f"batch_and_pad: `values` must be a list of elements, got {type(values).__name__}."
+        )
     values = list(values)
     if not values:
         raise ValueError("batch_and_pad: `values` is empty; a batch needs at least one element.")

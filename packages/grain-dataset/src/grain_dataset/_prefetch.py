@@ -38,6 +38,7 @@ import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._daemon_pool import DaemonPool
+from grain_dataset._errors import OutOfRangeError
 from grain_dataset._filter_check import FilterRatioCheck, options_of
 from grain_dataset._options import ReadOptions
 from grain_dataset._state import check_state
@@ -331,7 +332,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         check_state(state, repr(self._dataset), ("next_index",))
         position = state["next_index"]
         if position > self._length:
-            raise ValueError(
+            raise OutOfRangeError(
                 f"state['next_index']={position} is past the end of this dataset "
                 f"(length {self._length}): the state is from a different pipeline."
             )
@@ -342,7 +343,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
     def _set_next_index(self, index: int) -> None:
         if index > self._length:
-            raise IndexError(
+            raise OutOfRangeError(
                 f"index {index} is past the end of this dataset (length {self._length})."
             )
         self._reset(index)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import INFINITE, MapDataset, register
+from grain_dataset._errors import WrongTypeError
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import _validate
 
@@ -74,13 +75,13 @@ class SliceMapDataset(MapStage):
 def _index_sequence(indices: Any, length: int) -> np.ndarray:
     """`indices` (ints in [-length, length)) as an int64 array of indices in [0, length)."""
     if isinstance(indices, str | bytes) or not isinstance(indices, Sequence | np.ndarray):
-        raise TypeError(
+        raise WrongTypeError(
             "`sl` must be a slice (like slice(0, None, 2)) or a sequence of indices, "
             f"got {type(indices).__name__}."
         )
     array = np.asarray(indices)
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-        raise TypeError(
+        raise WrongTypeError(
             "a sequence of indices to slice by must be a flat sequence of integers, "
             f"got {indices!r}."
         )
@@ -114,17 +115,18 @@ class RepeatMapDataset(MapStage):
                 "cannot repeat an infinite dataset (its length is sys.maxsize already): "
                 "remove one of the .repeat() calls."
             )
+        if num_epochs is not None:
+            num_epochs = _validate.int_in_range(num_epochs, "num_epochs", 1)
         if length == 0:
-            raise ValueError("cannot repeat an empty dataset: it has no element to repeat.")
-        if num_epochs is None:
+            self._length = 0  # any number of epochs of nothing, as in Grain
+        elif num_epochs is None:
             self._length = INFINITE
         else:
-            num_epochs = _validate.int_in_range(num_epochs, "num_epochs", 1)
             self._length = min(INFINITE, length * num_epochs)
         self._num_epochs = num_epochs
         self._parent = parent
         # Every epoch reads the parent's first: the same order and random numbers again.
-        self._fold = None if reseed_each_epoch else length
+        self._fold = None if reseed_each_epoch or not length else length
         self._reseed = reseed_each_epoch
 
     def __len__(self) -> int:

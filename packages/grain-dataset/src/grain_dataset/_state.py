@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grain_dataset._errors import OutOfRangeError
+
 
 def check_state(
     state: Any, stage: str, fields: tuple[str, ...], flags: tuple[str, ...] = ()
@@ -39,7 +41,8 @@ def check_state(
                 )
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
+            error = OutOfRangeError if isinstance(value, int) and value < 0 else ValueError
+            raise error(
                 f"state[{field!r}] of {stage} must be an integer >= 0, got {value!r}; "
                 "the state is corrupt or from another pipeline."
             )

@@ -47,7 +47,7 @@ import queue
 import threading
 from typing import Any, TypeVar
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
+from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_index import _validate
 
@@ -78,13 +78,8 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
     """
 
     def __init__(self, parent: IterDataset[T], *, prefetch_buffer_size: int):
-        if not isinstance(parent, IterDataset):
-            fix = " (call .to_iter_dataset() first)" if isinstance(parent, MapDataset) else ""
-            raise TypeError(
-                f"`parent` of ThreadPrefetchIterDataset must be an IterDataset{fix}, "
-                f"got {type(parent).__name__}."
-            )
-        super().__init__(parent)
+        # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
+        super().__init__(as_iter_dataset(parent, "parent", "ThreadPrefetchIterDataset"))
         self._buffer_size = _validate.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
 
     @property

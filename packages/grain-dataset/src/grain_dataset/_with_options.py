@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grain_dataset._base import DatasetIterator, IterDataset
+from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
 from grain_dataset._stats import track
 from grain_dataset.monitoring import watch
@@ -26,11 +26,8 @@ class WithOptionsIterDataset(IterDataset[Any]):
     """
 
     def __init__(self, parent: IterDataset[Any], options: DatasetOptions):
-        if not isinstance(parent, IterDataset):
-            raise TypeError(
-                f"`parent` must be an IterDataset (call .to_iter_dataset() first), "
-                f"got {type(parent).__name__}."
-            )
+        # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
+        parent = as_iter_dataset(parent, "parent", "WithOptionsIterDataset")
         if not isinstance(options, DatasetOptions):
             raise TypeError(
                 f"`options` must be a grain.experimental.DatasetOptions, got {options!r}."
