@@ -515,7 +515,6 @@ def test_packing_parent_must_be_a_dataset():
             r"has \['c'\], which `length_struct` lacks",
         ),
         ({"a": np.zeros((2, 3)), "b": np.arange(2)}, ValueError, r"\['a'\].*shape \(2, 3\).*1-D"),
-        ({"a": np.int64(3), "b": np.arange(2)}, ValueError, r"shape \(\).*1-D"),
         ({"a": np.array(["x"]), "b": np.arange(2)}, TypeError, "numeric arrays"),
         ([np.arange(3), np.arange(2)], ValueError, "must be a dict like `length_struct"),
     ],
@@ -569,3 +568,13 @@ def test_concat_then_split_bad_arguments(kwargs, error, match):
     arguments = {"length_struct": {"t": 4}, **kwargs}
     with pytest.raises(error, match=match):
         ConcatThenSplitIterDataset(source([{"t": np.arange(3)}]), **arguments)
+
+
+@pytest.mark.parametrize("packer", [*PACKERS, ConcatThenSplitIterDataset])
+def test_a_scalar_feature_is_a_sequence_of_one_token_as_in_grain(packer):
+    elements = [{"a": np.arange(n) + 1, "b": np.int64(10 * n)} for n in (2, 3)]
+    kwargs = {} if packer is ConcatThenSplitIterDataset else {"num_packing_bins": 1}
+    (packed,) = list(packer(source(elements), length_struct={"a": 5, "b": 2}, **kwargs))
+    assert packed["a"].tolist() == [1, 2, 1, 2, 3]
+    assert packed["b"].tolist() == [20, 30]
+    assert packed["b_segment_ids"].tolist() == [1, 2]

@@ -228,9 +228,14 @@ class Layout:
         )
 
     def check_leaf(self, index: int, leaf: Any) -> np.ndarray:
-        """`leaf` as a 1-D numeric numpy array; raises naming the feature otherwise."""
+        """`leaf` as a 1-D numeric numpy array; raises naming the feature otherwise.
+
+        A scalar is a sequence of one token, as in Grain.
+        """
         if type(leaf) is not np.ndarray:
             leaf = np.asarray(leaf)
+        if leaf.ndim == 0:
+            leaf = leaf.reshape(1)
         if leaf.ndim != 1:
             raise ValueError(
                 f"{self.stage}: feature {self.names[index]} of an element has shape "
