@@ -164,10 +164,8 @@ def main() -> int:
     by_namespace: dict[str, list[tuple[str, str, str]]] = collections.defaultdict(list)
     totals: collections.Counter[str] = collections.Counter()
     for name, info in sorted(api.items()):
-        if info["kind"] == "method":
-            namespace = name.rsplit(".", 2)[0]
-        else:
-            namespace = name.rsplit(".", 1)[0]
+        # A method is listed under its class's namespace.
+        namespace = name.rsplit(".", 2 if info["kind"] == "method" else 1)[0]
         state, note = status(name, info, notes)
         totals[state] += 1
         by_namespace[namespace].append((name, state, note))
