@@ -199,13 +199,21 @@ EXPORTS = {
     ],
     # Layers not built yet export nothing rather than pretend.
     "grain_mp": [
+        "BatchOperation",
         "DataLoader",
+        "DataLoaderIterator",
+        "FilterOperation",
+        "MapOperation",
         "MultiprocessPrefetchIterDataset",
         "MultiprocessingOptions",
+        "Operation",
+        "PackAndBatchOperation",
         "PerformanceConfig",
         "PyGrainDatasetIterator",
+        "RandomMapOperation",
         "SharedMemoryArray",
         "SharedMemoryArrayMetadata",
+        "load",
         "pick_performance_config",
     ],
     "grain.multiprocessing": [
