@@ -214,6 +214,7 @@ EXPORTS = {
         "SharedMemoryArray",
         "SharedMemoryArrayMetadata",
         "load",
+        "multithread_prefetch",
         "pick_performance_config",
     ],
     "grain.multiprocessing": [

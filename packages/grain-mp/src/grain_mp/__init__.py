@@ -9,7 +9,8 @@ SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs
 `_autotune` picks worker and buffer sizes from a measured sample; `_data_loader`
 and `_operations` build the DataLoader on the Dataset API, `_tail` runs its
 parent-side operations, `_loader_state` is its checkpoint format, `_record_ops`
-and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`.
+and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
+`_multithread` is mp_prefetch's slicing and round robin with threads.
 """
 
 from grain_mp._autotune import PerformanceConfig as PerformanceConfig
@@ -18,6 +19,7 @@ from grain_mp._data_loader import DataLoader as DataLoader
 from grain_mp._data_loader import DataLoaderIterator as DataLoaderIterator
 from grain_mp._data_loader import PyGrainDatasetIterator as PyGrainDatasetIterator
 from grain_mp._load import load as load
+from grain_mp._multithread import multithread_prefetch as multithread_prefetch
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp._pack_op import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
@@ -45,5 +47,6 @@ __all__ = [
     "SharedMemoryArray",
     "SharedMemoryArrayMetadata",
     "load",
+    "multithread_prefetch",
     "pick_performance_config",
 ]
