@@ -343,3 +343,27 @@ def test_an_operation_must_yield_records():
 
 def test_a_plain_lambda_passing_records_through_is_an_identity_operation():
     assert _read(_loader([lambda records: records])) == _read(_loader([]))
+
+
+def test_in_the_loader_grain_operations_drop_record_keys_and_name_failing_indices():
+    op = SeeRecords()
+    _read(_loader([MapOperation(_double), op], epochs=1))
+    assert {record.metadata.record_key for record in op.seen} == {None}
+    assert [record.metadata.index for record in op.seen] == list(range(N))
+    batches = SeeRecords()
+    _read(_loader([BatchOperation(4), batches], epochs=1))
+    assert [(r.metadata.index, r.metadata.record_key) for r in batches.seen][:2] == [
+        (3, None),
+        (7, None),
+    ]
+
+    def fail_on_6(x):
+        if x == 6:
+            raise KeyError(x)
+        return x
+
+    sampler = IndexSampler(N, shuffle=True, num_epochs=1, seed=3)
+    step = next(k for k in range(N) if sampler[k].record_key == 6)
+    with pytest.raises(ValueError, match=f"index {step}") as info:
+        _read(_loader([MapOperation(fail_on_6), SeeRecords()], epochs=1))
+    assert isinstance(info.value.__cause__, KeyError)

@@ -92,11 +92,11 @@ class ElementStep:
         self.transform = transform
         self.kind = kind
         self.with_metadata = with_metadata
-        # A record operation's `apply` re-raises the user's errors as Grain does.
+        # A record operation's `apply` re-raises the user's errors as Grain does (naming
+        # the record's index), and its Records lose their `record_key`, as in Grain.
+        self._record_op = isinstance(transform, MapOperation | RandomMapOperation | FilterOperation)
         self._method: Callable[..., Any] = (
-            transform.apply
-            if isinstance(transform, MapOperation | RandomMapOperation | FilterOperation)
-            else getattr(transform, kind)
+            transform.apply if self._record_op else getattr(transform, kind)
         )
         # grain_dataset names a failing stage after its function's __qualname__.
         self.__qualname__ = f"{kind}({_name(transform)})"
@@ -107,10 +107,15 @@ class ElementStep:
         else:
             metadata, data = None, item
         kind = self.kind
+        extra = {"index": metadata.index} if self._record_op and metadata is not None else {}
+        if self._record_op and metadata is not None:
+            metadata = metadata.remove_record_key()
         if kind == "filter":
-            return item if self._method(data) else None
+            if not self._method(data, **extra):
+                return None
+            return Record(metadata, data) if self.with_metadata else item
         if kind == "map":
-            result = self._method(data)
+            result = self._method(data, **extra)
         elif kind == "random_map":
             rng = metadata.rng
             if rng is None:
@@ -118,7 +123,7 @@ class ElementStep:
                     f"{_name(self.transform)} draws random numbers but the sampler gave the "
                     "record no `rng`: create the sampler with a seed (IndexSampler(..., seed=0))."
                 )
-            result = self._method(data, rng)
+            result = self._method(data, rng, **extra)
         else:  # map_with_index
             result = self._method(metadata.index, data)
         if result is None:
@@ -145,6 +150,7 @@ class BatchStep:
         self.batch_size = batch.batch_size
         self.drop_remainder = bool(batch.drop_remainder)
         self.with_metadata = with_metadata
+        self._record_op = isinstance(batch, BatchOperation)
         self._fn: Callable[[Sequence[Any]], Any] = (
             batch.combine if isinstance(batch, BatchOperation) else batch.batch_fn or stack
         )
@@ -152,7 +158,10 @@ class BatchStep:
 
     def __call__(self, items: Sequence[Any]) -> Any:
         if self.with_metadata:
-            return Record(items[-1].metadata, self._fn([item.data for item in items]))
+            metadata = items[-1].metadata
+            if self._record_op:
+                metadata = metadata.remove_record_key()  # as Grain's BatchOperation does
+            return Record(metadata, self._fn([item.data for item in items]))
         return self._fn(items)
 
     def __repr__(self) -> str:
@@ -229,7 +238,8 @@ class RecordsStep:
                 ) from None
         for output in outputs:
             index = getattr(getattr(output, "metadata", None), "index", None)
-            if not hasattr(output, "data") or isinstance(index, bool) or not isinstance(index, int):
+            integer = isinstance(index, int | np.integer) and not isinstance(index, bool)
+            if not integer or not hasattr(output, "data"):
                 raise TypeError(
                     f"{self.__qualname__} yielded {type(output).__name__} {output!r:.200}, but "
                     "an operation must yield grain.python.Record(metadata, data) objects whose "
