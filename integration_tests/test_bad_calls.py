@@ -328,10 +328,10 @@ BAD_CALLS: dict[str, tuple[Any, ...]] = {
         "empty dataset",
     ),
     "element 0 of an empty dataset": (lambda: M.source([])[0], IndexError, "empty"),
-    "step 0 of an empty sampler": (
-        lambda: IndexSampler(0, shard_options=NoSharding(), num_epochs=None)[0],
-        IndexError,
-        "step 0",
+    "a sampler without records": (
+        lambda: IndexSampler(0, shard_options=NoSharding(), num_epochs=None),
+        ValueError,
+        "`num_records` must be >= 1",
     ),
     "concatenate an infinite dataset first": (
         lambda: M.concatenate([M.range(3).repeat(), M.range(3)]),

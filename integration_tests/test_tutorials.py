@@ -201,7 +201,9 @@ def _messages(tmp_path, monkeypatch):
     expect(ValueError, worker_state)
 
     def loader(seed):
-        sampler = pygrain.IndexSampler(10, pygrain.NoSharding(), shuffle=True, seed=seed)
+        sampler = pygrain.IndexSampler(
+            10, pygrain.NoSharding(), shuffle=True, num_epochs=1, seed=seed
+        )
         return pygrain.DataLoader(data_source=list(range(10)), sampler=sampler)
 
     def loader_state():
@@ -237,19 +239,21 @@ def _messages(tmp_path, monkeypatch):
     )
 
     no_sharding = pygrain.NoSharding()
-    expect(
+    expect(  # a callable is an operation (as in Grain): it fails when iterated
         TypeError,
-        lambda: pygrain.DataLoader(
-            data_source=[1, 2, 3],
-            sampler=pygrain.IndexSampler(3, no_sharding),
-            operations=[double],
+        lambda: list(
+            pygrain.DataLoader(
+                data_source=[1, 2, 3],
+                sampler=pygrain.IndexSampler(3, no_sharding, num_epochs=1),
+                operations=[double],
+            )
         ),
     )
     expect(
         ValueError,
         lambda: pygrain.DataLoader(
             data_source=[1, 2, 3],
-            sampler=pygrain.IndexSampler(3, no_sharding),
+            sampler=pygrain.IndexSampler(3, no_sharding, num_epochs=1),
             operations=[Jitter()],
         ),
     )

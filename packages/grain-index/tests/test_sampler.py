@@ -1,5 +1,7 @@
 """Samplers: the DataLoader guide's behaviour, random access, sharding, epochs."""
 
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -36,7 +38,7 @@ def test_epochs_are_different_permutations_and_reproducible():
     assert all(sorted(e) == list(range(100)) for e in epochs)
     assert len({tuple(e) for e in epochs}) == 3
     assert epochs[0] != list(range(100))
-    assert keys(IndexSampler(100, NoSharding(), shuffle=True, seed=10)) != epochs[0]
+    assert keys(IndexSampler(100, shuffle=True, num_epochs=1, seed=10)) != epochs[0]
 
 
 def test_random_access_matches_iteration_and_vectorized_forms():
@@ -52,11 +54,11 @@ def test_random_access_matches_iteration_and_vectorized_forms():
 
 
 @given(
-    n=st.integers(0, 300),
+    n=st.integers(1, 300),
     count=st.integers(1, 8),
     drop=st.booleans(),
     shuffle=st.booleans(),
-    seed=st.integers(0, 2**64 - 1),
+    seed=st.integers(0, 2**32 - 1),
 )
 @settings(max_examples=60, deadline=None)
 def test_each_epoch_shards_partition_the_records(n, count, drop, shuffle, seed):
@@ -83,8 +85,7 @@ def test_each_epoch_shards_partition_the_records(n, count, drop, shuffle, seed):
 def test_infinite_epochs():
     sampler = IndexSampler(10, NoSharding(), shuffle=True, num_epochs=None, seed=1)
     assert sampler.num_steps is None
-    with pytest.raises(TypeError, match="repeats forever"):
-        len(sampler)
+    assert len(sampler) == sys.maxsize  # as in Grain
     far = 10**12 + 3
     assert 0 <= sampler[far].record_key < 10
     first = [next(sampler).record_key for _ in range(35)]
@@ -121,19 +122,48 @@ def test_record_metadata():
     assert metadata.remove_record_key() == RecordMetadata(index=3, record_key=None)
 
 
+def test_defaults_are_no_sharding_and_endless_epochs():
+    sampler = IndexSampler(5)
+    assert repr(sampler) == repr(IndexSampler(5, NoSharding(), False, None, None))
+    assert sampler.num_steps is None
+    assert [sampler[k].record_key for k in range(12)] == [0, 1, 2, 3, 4] * 2 + [0, 1]
+    assert SequentialSampler(3).num_steps == 3
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**31, 2**32 - 1, np.uint32(7)])
+def test_seeds_span_32_bits(seed):
+    sampler = IndexSampler(5, shuffle=True, num_epochs=1, seed=seed)
+    assert sorted(keys(sampler)) == list(range(5))
+    assert SequentialSampler(5, seed=seed)[0].rng is not None
+
+
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
         (lambda: IndexSampler(5, NoSharding(), shuffle=True), ValueError, "seed"),
+        (lambda: IndexSampler(0), ValueError, "`num_records` must be >= 1"),
         (lambda: IndexSampler(-1, NoSharding()), ValueError, "`num_records`"),
+        (lambda: IndexSampler(1.5), TypeError, "`num_records`"),
+        (lambda: IndexSampler("3"), TypeError, "`num_records`"),
         (lambda: IndexSampler(5, NoSharding(), num_epochs=0), ValueError, "`num_epochs`"),
+        (lambda: IndexSampler(5, num_epochs=-1), ValueError, "`num_epochs`"),
+        (lambda: IndexSampler(5, num_epochs=1.5), TypeError, "`num_epochs`"),
         (lambda: IndexSampler(5, None), TypeError, "`shard_options`"),
-        (lambda: IndexSampler(5, NoSharding(), seed=-2), ValueError, "`seed`"),
+        (lambda: IndexSampler(5, shard_options=3), TypeError, "`shard_options`"),
+        (lambda: IndexSampler(5, NoSharding(), seed=-2), ValueError, r"`seed`.*2\*\*32"),
+        (lambda: IndexSampler(5, seed=2**32), ValueError, r"`seed`.*2\*\*32"),
+        (lambda: IndexSampler(5, seed=2**64 - 1), ValueError, "`seed`"),
+        (lambda: IndexSampler(5, seed=1.5), TypeError, "`seed`"),
+        (lambda: IndexSampler(5, seed="1"), TypeError, "`seed`"),
         (lambda: IndexSampler(5, NoSharding(), shuffle=1), TypeError, "`shuffle`"),
-        (lambda: IndexSampler(5, NoSharding())[5], IndexError, "out of range"),
-        (lambda: IndexSampler(5, NoSharding())[-1], ValueError, "`index`"),
-        (lambda: IndexSampler(5, NoSharding()).record_keys([7]), IndexError, "out of range"),
-        (lambda: IndexSampler(5, NoSharding()).record_keys([-1]), ValueError, "`steps`"),
+        (lambda: IndexSampler(5, num_epochs=1)[5], IndexError, "out of range"),
+        (lambda: IndexSampler(5)[-1], IndexError, "out of range"),
+        (lambda: IndexSampler(5, num_epochs=1).record_keys([7]), IndexError, "out of range"),
+        (lambda: IndexSampler(5).record_keys([-1]), IndexError, "`steps`"),
+        (lambda: SequentialSampler(0), ValueError, "`num_records`"),
+        (lambda: SequentialSampler(-1), ValueError, "`num_records`"),
+        (lambda: SequentialSampler(3, seed=2**32), ValueError, "`seed`"),
+        (lambda: SequentialSampler(3)[3], IndexError, "out of range"),
     ],
 )
 def test_bad_input(call, error, match):

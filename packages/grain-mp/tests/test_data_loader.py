@@ -354,7 +354,8 @@ def test_an_endless_sampler_keeps_going_and_restores(workers):
 
 
 def test_an_empty_loader_ends_at_once():
-    assert _read(_loader(sampler=_sampler(n=0), source=[])) == []
+    # IndexSampler needs records (as in Grain); a custom sampler may have none.
+    assert _read(_loader(sampler=EveryOther(0), source=[])) == []
 
 
 # -- state --------------------------------------------------------------------------------
@@ -499,7 +500,7 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match=r"operations=\[transform\]"):
         _loader(Double())
     with pytest.raises(TypeError, match=r"operations\[1\]"):
-        _loader([Double(), lambda x: x])
+        _loader([Double(), 5])  # any callable is an operation, as in Grain; 5 is not
     with pytest.raises(TypeError, match="data_source"):
         _loader(source=iter(range(N)))
     with pytest.raises(TypeError, match="sampler"):

@@ -199,13 +199,22 @@ EXPORTS = {
     ],
     # Layers not built yet export nothing rather than pretend.
     "grain_mp": [
+        "BatchOperation",
         "DataLoader",
+        "DataLoaderIterator",
+        "FilterOperation",
+        "MapOperation",
         "MultiprocessPrefetchIterDataset",
         "MultiprocessingOptions",
+        "Operation",
+        "PackAndBatchOperation",
         "PerformanceConfig",
         "PyGrainDatasetIterator",
+        "RandomMapOperation",
         "SharedMemoryArray",
         "SharedMemoryArrayMetadata",
+        "load",
+        "multithread_prefetch",
         "pick_performance_config",
     ],
     "grain.multiprocessing": [

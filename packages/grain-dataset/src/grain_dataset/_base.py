@@ -467,10 +467,17 @@ class IterDataset(_Dataset, Generic[T]):
         return _build("apply", self, transformations)
 
     def mp_prefetch(
-        self, options: Any = None, worker_init_fn: Callable[[int, int], None] | None = None
+        self,
+        options: Any = None,
+        worker_init_fn: Callable[[int, int], None] | None = None,
+        sequential_slice: bool = False,
     ) -> IterDataset[T]:
-        """Returns a dataset that runs this pipeline in worker processes (grain-mp)."""
-        return _build("mp_prefetch", self, options, worker_init_fn)
+        """Returns a dataset that runs this pipeline in worker processes (grain-mp).
+
+        With `sequential_slice`, each worker reads a contiguous slice of the
+        positions instead of every num_workers-th one.
+        """
+        return _build("mp_prefetch", self, options, worker_init_fn, sequential_slice)
 
     def prefetch(self, multiprocessing_options: Any) -> IterDataset[T]:
         """Deprecated: use `mp_prefetch`."""

@@ -14,7 +14,7 @@ from grain_dataset._base import register
 
 
 @register("mp_prefetch")
-def _mp_prefetch(parent: Any, options: Any, worker_init_fn: Any) -> Any:
+def _mp_prefetch(parent: Any, options: Any, worker_init_fn: Any, sequential_slice: Any) -> Any:
     try:
         module = importlib.import_module("grain_mp._prefetch")
     except ImportError as error:
@@ -23,4 +23,4 @@ def _mp_prefetch(parent: Any, options: Any, worker_init_fn: Any) -> Any:
             "provides; install it (`pip install grain-mp`, or `pip install grain` for "
             f"everything). Import failed with: {error}"
         ) from error
-    return module.mp_prefetch(parent, options, worker_init_fn)
+    return module.mp_prefetch(parent, options, worker_init_fn, sequential_slice)

@@ -11,7 +11,9 @@ How many chunks run at once (up to `num_threads`) is tuned while reading
 elements, which only queue on the GIL, get few.
 
 In an mp_prefetch worker (`set_worker_slice`), the iterator reads only the
-worker's share of the positions, ``source[index::count]``.
+worker's share of the positions, ``source[index::count]``, or with
+`sequential` the index-th of `count` contiguous slices (sizes differing by at
+most one, the larger first). A thread may set its own slice (multithread_prefetch).
 
 State: ``{"next_index": i}``, the position after the last element returned.
 Read-ahead never shows in it, so a state means the same thing whatever the
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import threading
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -52,19 +55,40 @@ _TUNE_WINDOW_S = 0.02
 _TUNE_PAUSE_WINDOWS = 32
 
 
-# (worker index, worker count) inside an mp_prefetch worker process, else None.
-_worker_slice: tuple[int, int] | None = None
+# (worker index, worker count, sequential) inside an mp_prefetch worker process, else
+# None; a thread's own slice, if it set one, takes precedence.
+_worker_slice: tuple[int, int, bool] | None = None
+_thread_slice = threading.local()
 
 
-def set_worker_slice(index: int, count: int) -> None:
+def set_worker_slice(
+    index: int, count: int, sequential: bool = False, *, this_thread: bool = False
+) -> None:
     """Makes every `to_iter_dataset` of this process read positions index, index+count, ...
 
     grain-mp calls it first thing in each worker process: the slicing happens
     right before `to_iter_dataset`, after all MapDataset transformations, as
-    `IterDataset.mp_prefetch` documents.
+    `IterDataset.mp_prefetch` documents. With `sequential`, the index-th of
+    `count` contiguous slices instead. With `this_thread`, only for iterators
+    created in the calling thread.
     """
     global _worker_slice
-    _worker_slice = (index, count)
+    if this_thread:
+        _thread_slice.value = (index, count, sequential)
+    else:
+        _worker_slice = (index, count, sequential)
+
+
+def _sliced(source: MapDataset[Any]) -> MapDataset[Any]:
+    worker_slice = getattr(_thread_slice, "value", None) or _worker_slice
+    if worker_slice is None:
+        return source
+    index, count, sequential = worker_slice
+    if not sequential:
+        return source[index::count]
+    size, extra = divmod(len(source), count)
+    start = index * size + min(index, extra)
+    return source[start : start + size + (index < extra)]
 
 
 @register("to_iter_dataset")
@@ -178,11 +202,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def __init__(self, dataset: PrefetchIterDataset):
         super().__init__()
         self._dataset = dataset
-        self._source: MapDataset[Any] = dataset._parents[0]
-        if _worker_slice is not None:
-            # In an mp_prefetch worker: read only this worker's share of the positions.
-            index, count = _worker_slice
-            self._source = self._source[index::count]
+        # In an mp_prefetch worker (or prefetch thread): only its share of the positions.
+        self._source: MapDataset[Any] = _sliced(dataset._parents[0])
         self._length = len(self._source)
         self._allow_nones = dataset._allow_nones
         options = dataset._read_options

@@ -18,6 +18,7 @@ while a record moves between shards from epoch to epoch.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Iterator
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
@@ -73,35 +74,61 @@ class Sampler(Protocol):
     def __getitem__(self, index: int) -> RecordMetadata: ...
 
 
+SEED_LIMIT = 1 << 32
+"""Sampler seeds are integers in [0, SEED_LIMIT), as in Grain 0.2.18."""
+
+
+def _check_num_records(num_records: Any) -> int:
+    value = _validate.as_int(num_records, "num_records")
+    if value < 1:
+        raise ValueError(
+            f"`num_records` must be >= 1, got {value}: a sampler needs records to read "
+            "(pass len(data_source), and check that the data source is not empty)."
+        )
+    return value
+
+
+def _check_seed(seed: Any) -> int:
+    value = _validate.as_int(seed, "seed")
+    if not 0 <= value < SEED_LIMIT:
+        raise ValueError(
+            f"`seed` must be an integer in [0, 2**32), got {value}; derive a smaller one, "
+            "e.g. seed % 2**32."
+        )
+    return value
+
+
 class IndexSampler:
     """Shards, shuffles (a fresh global order each epoch) and repeats record keys.
 
     Args:
-      num_records: the number of records in the data source, >= 0.
-      shard_options: which shard to read, e.g. `NoSharding()`.
+      num_records: the number of records in the data source, >= 1.
+      shard_options: which shard to read; `NoSharding()` (the default) reads all.
       shuffle: whether to shuffle globally; every epoch gets a new order.
-      num_epochs: how many epochs, >= 1; None repeats forever.
-      seed: an integer in [0, 2**64); needed when `shuffle` is True. With a
+      num_epochs: how many epochs, >= 1; None (the default) repeats forever.
+      seed: an integer in [0, 2**32); needed when `shuffle` is True. With a
         seed each record also gets its own `rng`.
 
     Example::
 
-        sampler = IndexSampler(num_records=5, shard_options=NoSharding(),
-                               shuffle=True, num_epochs=2, seed=0)
+        sampler = IndexSampler(num_records=5, shuffle=True, num_epochs=2, seed=0)
         for metadata in sampler:   # the sampler is an iterator: this consumes it
             print(metadata.index, metadata.record_key)
         sampler[7]                 # any step, in O(1)
+
+    ``len(sampler)`` is the number of steps; ``sys.maxsize`` when it repeats
+    forever (as in Grain), where `num_steps` is None.
     """
 
     def __init__(
         self,
         num_records: int,
-        shard_options: ShardOptions,
+        shard_options: ShardOptions = NoSharding(),  # noqa: B008 (frozen, as in Grain)
         shuffle: bool = False,
-        num_epochs: int | None = 1,
+        num_epochs: int | None = None,
         seed: int | None = None,
     ):
-        self._num_records = _validate.int_in_range(num_records, "num_records", 0)
+        self._num_records = _check_num_records(num_records)
         if not isinstance(shard_options, ShardOptions):
             raise TypeError(
                 "`shard_options` must be a ShardOptions (e.g. grain.sharding.NoSharding()), "
@@ -110,11 +137,15 @@ class IndexSampler:
         if not isinstance(shuffle, bool):
             raise TypeError(f"`shuffle` must be a bool, got {type(shuffle).__name__}.")
         if num_epochs is not None:
-            num_epochs = _validate.int_in_range(num_epochs, "num_epochs", 1)
+            num_epochs = _validate.as_int(num_epochs, "num_epochs")
+            if num_epochs < 1:
+                raise ValueError(
+                    f"`num_epochs` must be >= 1, got {num_epochs}; pass None to repeat forever."
+                )
         if seed is not None:
-            seed = _validate.seed(seed)
+            seed = _check_seed(seed)
         elif shuffle:
-            raise ValueError("`shuffle=True` needs a seed: pass seed=<int in [0, 2**64)>.")
+            raise ValueError("`shuffle=True` needs a seed: pass seed=<int in [0, 2**32)>.")
         self._shard_options = shard_options
         self._shuffle = shuffle
         self._num_epochs = num_epochs
@@ -139,10 +170,9 @@ class IndexSampler:
         return self._num_epochs * self._shard_size
 
     def __len__(self) -> int:
+        """The number of steps; ``sys.maxsize`` when the sampler repeats forever."""
         steps = self.num_steps
-        if steps is None:
-            raise TypeError(f"{self!r} repeats forever (num_epochs=None) and has no length.")
-        return steps
+        return sys.maxsize if steps is None else steps
 
     def __iter__(self) -> Iterator[RecordMetadata]:
         return self
@@ -155,8 +185,10 @@ class IndexSampler:
         return self[self._next - 1]
 
     def _check_step(self, step: Any) -> int:
-        step = _validate.int_in_range(step, "index", 0)
+        step = _validate.as_int(step, "index")
         steps = self.num_steps
+        if step < 0:
+            raise IndexError(f"step {step} is out of range: steps count from 0.")
         if steps is not None and step >= steps:
             raise IndexError(f"step {step} is out of range: this sampler has {steps} steps.")
         return step
@@ -193,7 +225,7 @@ class IndexSampler:
         if array.size:
             low, high = int(array.min()), int(array.max())
             if low < 0:
-                raise ValueError(f"`steps` must be >= 0, got {low}.")
+                raise IndexError(f"`steps` must be >= 0, got {low}.")
             self._check_step(high)
         if not array.size:
             return array.copy()
@@ -225,6 +257,12 @@ class IndexSampler:
 class SequentialSampler(IndexSampler):
     """Reads the records of a shard once, in order.
 
+    Args:
+      num_records: the number of records in the data source, >= 1.
+      shard_options: which shard to read; `NoSharding()` (the default) reads all.
+      seed: an integer in [0, 2**32) or None; with a seed each record gets its
+        own `rng` (Grain's SequentialSampler ignores its seed).
+
     Example::
 
         list(m.record_key for m in SequentialSampler(3)) == [0, 1, 2]
@@ -233,7 +271,7 @@ class SequentialSampler(IndexSampler):
     def __init__(
         self,
         num_records: int,
-        shard_options: ShardOptions | None = None,
+        shard_options: ShardOptions | None = NoSharding(),  # noqa: B008 (frozen)
         seed: int | None = None,
     ):
         super().__init__(

@@ -7,25 +7,46 @@ merges their outputs round robin with an exact state; `_transport` moves
 elements' numpy arrays through reused shared memory; `_shm_array` is the public
 SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs;
 `_autotune` picks worker and buffer sizes from a measured sample; `_data_loader`
-and `_operations` build the DataLoader on the Dataset API.
+and `_operations` build the DataLoader on the Dataset API, `_tail` runs its
+parent-side operations, `_loader_state` is its checkpoint format, `_record_ops`
+and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
+`_multithread` is mp_prefetch's slicing and round robin with threads.
 """
 
 from grain_mp._autotune import PerformanceConfig as PerformanceConfig
 from grain_mp._autotune import pick_performance_config as pick_performance_config
 from grain_mp._data_loader import DataLoader as DataLoader
+from grain_mp._data_loader import DataLoaderIterator as DataLoaderIterator
 from grain_mp._data_loader import PyGrainDatasetIterator as PyGrainDatasetIterator
+from grain_mp._load import load as load
+from grain_mp._multithread import multithread_prefetch as multithread_prefetch
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
+from grain_mp._pack_op import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
+from grain_mp._record_ops import BatchOperation as BatchOperation
+from grain_mp._record_ops import FilterOperation as FilterOperation
+from grain_mp._record_ops import MapOperation as MapOperation
+from grain_mp._record_ops import Operation as Operation
+from grain_mp._record_ops import RandomMapOperation as RandomMapOperation
 from grain_mp._shm_array import SharedMemoryArray as SharedMemoryArray
 from grain_mp._shm_array import SharedMemoryArrayMetadata as SharedMemoryArrayMetadata
 
 __all__ = [
+    "BatchOperation",
     "DataLoader",
+    "DataLoaderIterator",
+    "FilterOperation",
+    "MapOperation",
     "MultiprocessPrefetchIterDataset",
     "MultiprocessingOptions",
+    "Operation",
+    "PackAndBatchOperation",
     "PerformanceConfig",
     "PyGrainDatasetIterator",
+    "RandomMapOperation",
     "SharedMemoryArray",
     "SharedMemoryArrayMetadata",
+    "load",
+    "multithread_prefetch",
     "pick_performance_config",
 ]

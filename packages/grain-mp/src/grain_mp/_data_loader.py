@@ -10,7 +10,8 @@ details):
     -> worker-side operations    MapDataset stages, one unit per position
     -> to_iter_dataset(read_options, allow_nones=True)
     -> mp_prefetch(worker_count, worker_buffer_size)   when worker_count > 0
-    -> parent-side operations    from the first batch after a filter, or flat map
+    -> parent-side operations    from the first batch after a filter, flat map or
+                                 record operation (`grain_mp._tail`)
 
 Every position yields exactly one unit (None where filtered), and mp_prefetch's
 round robin over the workers' slices ``w::n`` returns the units in position
@@ -20,31 +21,20 @@ filter is formed in the parent (the workers send lists of the surviving
 elements of `batch_size` positions, one message per list), and so is everything
 after it; pipelines whose batches come before any filter batch in the workers.
 
-State. ``iterator.get_state()`` returns JSON as bytes (``set_state`` takes the
-bytes, a str or the decoded dict)::
+State. ``iterator.get_state()`` returns small JSON bytes (``set_state`` takes the
+bytes, a str or the decoded dict), described in `grain_mp._loader_state`. It does
+not depend on worker_count: a checkpoint saved with 8 workers restores with 0.
 
-    {"version": 1, "next_step": 48, "skip": 0, "replay": 0, "worker_count": 2,
-     "sampler": "IndexSampler(num_records=..., seed=0)",
-     "data_source": "SharedMemoryDataSource(len=100, name='<segment>', bytes=...)",
-     "data_source_len": 100, "shard_options": null}
-
-`next_step` is where reading resumes (the loader steps before it are consumed),
-`skip` how many elements of that resumption point were already returned (only
-after a filter-then-batch or a flat map), `replay` how many outputs to recompute
-and drop (only with a flat map after that point; usually 0). The state does not
-depend on worker_count: a checkpoint saved with 8 workers restores with 0. The
-descriptions of the sampler, the data source and the loader's shard options are
-compared on restore, and a state from another one is refused with a ValueError
-(reprs with memory addresses or generated shared-memory names are normalized
-so that they compare equal across runs).
+Attributes. As in Grain (Keras rebuilds loaders from them): `_data_source`,
+`_sampler`, `_operations` (a list), `_shard_options` (the loader's, else the
+sampler's, else NoSharding()), `_read_options` (default ``ReadOptions()``) and
+`_multiprocessing_options`, also public as `multiprocessing_options`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
-import re
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -54,48 +44,30 @@ import numpy as np
 from grain_dataset import ReadOptions
 from grain_dataset._base import INFINITE
 from grain_dataset._guard import add_lock, serialized
-from grain_index import ShardOptions
+from grain_index import NoSharding, ShardOptions
+from grain_mp._loader_state import (
+    decode_state,
+    describe_for_checkpoint,
+    encode_state,
+)
 from grain_mp._operations import (
     Plan,
     SamplerSourceMapDataset,
-    Units,
-    build_tail,
     build_units,
     plan_operations,
 )
 from grain_mp._options import MultiprocessingOptions
+from grain_mp._tail import IndexTracker, Units, build_tail
 
-STATE_VERSION = 1
-_IDENTITY_KEYS = ("sampler", "data_source", "data_source_len", "shard_options")
-_STATE_KEYS = frozenset({"version", "next_step", "skip", "replay", "worker_count", *_IDENTITY_KEYS})
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_SEGMENT = re.compile(r"'psm_[0-9a-fA-F]+'")
-_MAX_DESCRIPTION = 1000
+__all__ = [
+    "DataLoader",
+    "DataLoaderIterator",
+    "PyGrainDatasetIterator",
+    "describe_for_checkpoint",
+    "sampler_length",
+]
+
 _LARGEST_PROBE = 1 << 62
-
-
-def describe_for_checkpoint(obj: Any) -> str:
-    """A description of `obj` that is equal for equal objects across processes and runs.
-
-    Built-in containers are described by type and length (their repr is the
-    whole data); memory addresses and generated shared-memory segment names are
-    masked; a very long repr is cut and completed with its hash.
-
-    Example::
-
-        describe_for_checkpoint(list(range(10**6)))  # 'list(len=1000000)'
-    """
-    if isinstance(obj, list | tuple | dict | np.ndarray):
-        return f"{type(obj).__name__}(len={len(obj)})"
-    try:
-        text = repr(obj)
-    except Exception:  # a user's broken repr must not break checkpointing
-        text = f"{type(obj).__module__}.{type(obj).__qualname__}"
-    text = _SEGMENT.sub("'<segment>'", _ADDRESS.sub(" at 0x...", text))
-    if len(text) > _MAX_DESCRIPTION:
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        text = f"{text[:200]}... ({len(text)} characters, sha256 {digest})"
-    return text
 
 
 def _has_step(sampler: Any, step: int) -> bool:
@@ -145,6 +117,14 @@ def _check_int(value: Any, name: str, low: int, fix: str) -> int:
     return int(value)
 
 
+def _same_sharding(a: ShardOptions, b: ShardOptions) -> bool:
+    return (a.shard_index, a.shard_count, a.drop_remainder) == (
+        b.shard_index,
+        b.shard_count,
+        b.drop_remainder,
+    )
+
+
 class DataLoader:
     """Reads `data_source` in the order of `sampler`, applies `operations`, in workers.
 
@@ -155,16 +135,22 @@ class DataLoader:
       operations: a sequence of MapTransform, RandomMapTransform (its `rng` is the record's,
         from the sampler's seed), FilterTransform, MapWithIndexTransform (its
         index is the record's global `index`), FlatMapTransform and
-        `grain.python.Batch` objects, applied in order to the records' data.
-      worker_count: worker processes; 0 runs the pipeline in this process. The
-        output does not depend on it.
+        `grain.python.Batch` objects, applied in order to the records' data; and
+        operations: Grain's MapOperation, RandomMapOperation, FilterOperation and
+        BatchOperation, or any callable from an iterator of `grain.python.Record`
+        to one (e.g. PackAndBatchOperation), run in this process (see
+        `grain_mp._tail` for the contract that keeps the state exact).
+      worker_count: worker processes; 0 runs the pipeline in this process; None
+        picks one per CPU (``os.cpu_count()``). The output does not depend on it.
       worker_buffer_size: how many messages each worker may hold ready ahead of
         the consumer, >= 1: batches when the pipeline batches before any
         filter, lists of one batch's worth of positions when a batch follows a
         filter, else single elements.
       shard_options: shards the *sampler's steps* between loaders: this loader
         reads steps shard_index, shard_index + shard_count, ... . For samplers
-        that do not shard themselves; None (the default) reads every step.
+        that do not shard themselves; None (the default) reads every step. The
+        sampler's own shard options, passed again (as Keras does when it rebuilds
+        a loader), do not shard a second time.
       read_options: threads and buffer of each process's reading
         (``to_iter_dataset``); default ``ReadOptions()``.
       enable_profiling: accepted for compatibility (MultiprocessingOptions).
@@ -189,7 +175,7 @@ class DataLoader:
         data_source: Any,
         sampler: Any,
         operations: Any = (),
-        worker_count: int = 0,
+        worker_count: int | None = 0,
         worker_buffer_size: int = 1,
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
@@ -213,8 +199,13 @@ class DataLoader:
                 "`operations` must be a sequence of transforms (a list, even for one: "
                 f"operations=[transform]), got {type(operations).__name__}."
             )
+        if worker_count is None:
+            worker_count = os.cpu_count() or 1
         self._worker_count = _check_int(
-            worker_count, "worker_count", 0, "Use 0 to run everything in this process."
+            worker_count,
+            "worker_count",
+            0,
+            "Use 0 to run everything in this process, None for one worker per CPU.",
         )
         self._worker_buffer_size = _check_int(
             worker_buffer_size,
@@ -235,32 +226,41 @@ class DataLoader:
             raise TypeError(f"`enable_profiling` must be a bool, got {enable_profiling!r}.")
         self._data_source = data_source
         self._sampler = sampler
-        self._operations = tuple(operations)
+        self._operations = list(operations)
         self._plan: Plan = plan_operations(self._operations)
-        self._shard_options = shard_options
-        self._read_options = read_options
-        self._mp_options = MultiprocessingOptions(
+        self._read_options = ReadOptions() if read_options is None else read_options
+        self._multiprocessing_options = MultiprocessingOptions(
             num_workers=self._worker_count,
             per_worker_buffer_size=self._worker_buffer_size,
             enable_profiling=enable_profiling,
         )
         num_records = len(data_source)
-        self._check_sampler(num_records)
-        shard_index, shard_count = 0, 1
+        # The sharding this loader applies to the sampler's steps (None: every step),
+        # and `_shard_options` as Grain shows it.
+        loader_shard = self._loader_sharding(shard_options, num_records)
+        self._loader_shard = loader_shard
+        own = getattr(sampler, "_shard_options", None)
         if shard_options is not None:
-            shard_index, shard_count = shard_options.shard_index, shard_options.shard_count
+            self._shard_options: ShardOptions = shard_options
+        elif isinstance(own, ShardOptions):
+            self._shard_options = own
+        else:
+            self._shard_options = NoSharding()
+        shard_index, shard_count = 0, 1
+        if loader_shard is not None:
+            shard_index, shard_count = loader_shard.shard_index, loader_shard.shard_count
         total = sampler_length(sampler)
         if total >= INFINITE:
             self._length = INFINITE
-        elif shard_options is not None and shard_options.drop_remainder:
+        elif loader_shard is not None and loader_shard.drop_remainder:
             self._length = total // shard_count
         else:
             self._length = max(0, -(-(total - shard_index) // shard_count))
-        if self._plan.metadata == "full" and self._length and sampler[shard_index].rng is None:
+        if self._plan.needs_rng and self._length and sampler[shard_index].rng is None:
             raise ValueError(
-                "`operations` hold a RandomMapTransform, which draws from each record's "
-                f"`rng`, but {sampler!r} gives none: create the sampler with a seed, "
-                "e.g. IndexSampler(..., seed=0)."
+                "`operations` hold a random map (RandomMapTransform or RandomMapOperation), "
+                f"which draws from each record's `rng`, but {sampler!r} gives none: create "
+                "the sampler with a seed, e.g. IndexSampler(..., seed=0)."
             )
         source = SamplerSourceMapDataset(
             sampler,
@@ -275,12 +275,20 @@ class DataLoader:
             "sampler": describe_for_checkpoint(sampler),
             "data_source": describe_for_checkpoint(data_source),
             "data_source_len": num_records,
-            "shard_options": None if shard_options is None else repr(shard_options),
+            "shard_options": None if loader_shard is None else repr(loader_shard),
         }
 
-    def _check_sampler(self, num_records: int) -> None:
-        # IndexSampler's own settings (private attributes of our grain_index): checked
-        # here because a mismatch would otherwise fail in the middle of an epoch.
+    @property
+    def multiprocessing_options(self) -> MultiprocessingOptions:
+        """The worker count, per-worker buffer size and profiling flag of this loader."""
+        return self._multiprocessing_options
+
+    def _loader_sharding(
+        self, shard_options: ShardOptions | None, num_records: int
+    ) -> ShardOptions | None:
+        """Checks the sampler against the source; the sharding the loader itself applies."""
+        # IndexSampler's own settings (private attributes of our grain_index, which Grain's
+        # DataLoader reads too): checked here, as a mismatch would fail mid-epoch.
         sampler_records = getattr(self._sampler, "_num_records", None)
         if isinstance(sampler_records, int) and sampler_records > num_records:
             raise ValueError(
@@ -288,21 +296,21 @@ class DataLoader:
                 f"only {num_records}: create the sampler with num_records=len(data_source)."
             )
         own = getattr(self._sampler, "_shard_options", None)
-        if (
-            self._shard_options is not None
-            and self._shard_options.shard_count > 1
-            and isinstance(own, ShardOptions)
-            and own.shard_count > 1
-        ):
-            raise ValueError(
-                f"both the sampler ({own!r}) and the DataLoader's `shard_options` "
-                f"({self._shard_options!r}) shard the data, which would read 1/"
-                f"{own.shard_count * self._shard_options.shard_count} of it per shard: "
-                "shard in the sampler and leave the DataLoader's shard_options None."
-            )
+        if shard_options is None:
+            return None
+        if not isinstance(own, ShardOptions) or own.shard_count == 1:
+            return shard_options
+        if shard_options.shard_count == 1 or _same_sharding(own, shard_options):
+            return None  # the sampler shards already: the same options again are no-ops
+        raise ValueError(
+            f"both the sampler ({own!r}) and the DataLoader's `shard_options` "
+            f"({shard_options!r}) shard the data, which would read 1/"
+            f"{own.shard_count * shard_options.shard_count} of it per shard: "
+            "shard in the sampler and leave the DataLoader's shard_options None."
+        )
 
-    def __iter__(self) -> PyGrainDatasetIterator:
-        return PyGrainDatasetIterator(self)
+    def __iter__(self) -> DataLoaderIterator:
+        return DataLoaderIterator(self)
 
     def __repr__(self) -> str:
         return (
@@ -322,12 +330,12 @@ class DataLoader:
         ds = self._units if unit == 0 else self._units[unit:]
         iter_ds = ds.to_iter_dataset(self._read_options, allow_nones=True)
         if self._worker_count:
-            iter_ds = iter_ds.mp_prefetch(self._mp_options)
+            iter_ds = iter_ds.mp_prefetch(self._multiprocessing_options)
         upstream = iter(iter_ds)
         try:
             units = Units(upstream, self._plan.list_units, unit, skip)
-            tail, counters = build_tail(self._plan, units)
-            run = _Run(upstream, units, tail, counters, self._plan.tail_metadata)
+            tail, counters, tracker = build_tail(self._plan, units)
+            run = _Run(upstream, units, tail, counters, tracker, self._plan.tail_metadata)
             for _ in range(replay):
                 try:
                     run.next()
@@ -343,54 +351,12 @@ class DataLoader:
 
     def _encode_state(self, position: tuple[int, int, int]) -> bytes:
         unit, skip, replay = position
-        state = {
-            "version": STATE_VERSION,
-            "next_step": self._unit_to_step(unit),
-            "skip": skip,
-            "replay": replay,
-            "worker_count": self._worker_count,
-            **self._identity,
-        }
-        return json.dumps(state, indent=4).encode()
+        step = self._unit_to_step(unit)
+        return encode_state(step, skip, replay, self._worker_count, self._identity)
 
-    def _decode_state(self, state: Any) -> tuple[int, int, int]:
+    def _decode_state(self, state: Any, validate: bool = True) -> tuple[int, int, int]:
         """The (unit, skip, replay) of a state from `get_state`, after checking it is ours."""
-        if isinstance(state, bytes | bytearray | str):
-            try:
-                state = json.loads(state)
-            except ValueError as error:
-                raise ValueError(
-                    f"this is not a DataLoader state (invalid JSON: {error}); pass what "
-                    "`get_state()` returned."
-                ) from None
-        if not isinstance(state, dict):
-            raise TypeError(
-                "a DataLoader state must be the bytes `get_state()` returned (or its JSON "
-                f"decoded to a dict), got {type(state).__name__}."
-            )
-        if set(state) != _STATE_KEYS:
-            raise ValueError(
-                f"this is not a DataLoader state: expected the keys {sorted(_STATE_KEYS)}, "
-                f"got {sorted(state)}. Pass what `get_state()` returned, unmodified."
-            )
-        if type(state["version"]) is not int or state["version"] != STATE_VERSION:
-            raise ValueError(
-                f"DataLoader state version {state['version']!r} is not supported; this "
-                f"version reads version {STATE_VERSION}."
-            )
-        for key in _IDENTITY_KEYS:
-            if state[key] != self._identity[key]:
-                raise ValueError(
-                    f"this state was saved by a DataLoader whose {key} is {state[key]!r}, but "
-                    f"this DataLoader's {key} is {self._identity[key]!r}. A checkpoint only "
-                    "restores with the sampler, data source and shard options it was saved "
-                    "with (compared by their string representations)."
-                )
-        for key in ("next_step", "skip", "replay", "worker_count"):
-            value = state[key]
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"state[{key!r}] must be an integer >= 0, got {value!r}.")
-        step, skip, replay = state["next_step"], state["skip"], state["replay"]
+        step, skip, replay = decode_state(state, self._identity, validate)
         units = len(self._units)
         if self._length < INFINITE and step > self._length:
             raise ValueError(
@@ -403,10 +369,11 @@ class DataLoader:
                 f"state (next_step={step}, skip={skip}) does not fit this DataLoader's "
                 "operations: it was saved by a DataLoader with other batches or filters."
             )
-        if replay and not self._plan.flat_maps_in_tail:
+        if replay and not (self._plan.flat_maps_in_tail or self._plan.tracks_indices):
             raise ValueError(
                 f"state['replay']={replay} does not fit this DataLoader's operations (it "
-                "has no flat map that could need it): the state is from another DataLoader."
+                "has no flat map or record operation that could need it): the state is "
+                "from another DataLoader."
             )
         return unit, skip, replay
 
@@ -420,12 +387,14 @@ class _Run:
         units: Units,
         tail: Iterator[Any],
         counters: list[list[int]],
+        tracker: IndexTracker | None,
         records: bool,
     ):
         self._upstream = upstream
         self._units = units
         self._tail = tail
         self._counters = counters
+        self._tracker = tracker
         self._records = records
         # With flat maps in the tail: the last point where none held pending outputs,
         # and how many outputs were returned since (the replay count of a state).
@@ -434,7 +403,9 @@ class _Run:
 
     def next(self) -> Any:
         output = next(self._tail)
-        if self._counters:
+        if self._tracker is not None:
+            self._tracker.output(output)
+        elif self._counters:
             if any(counter[0] for counter in self._counters):
                 self._replay += 1
             else:
@@ -442,6 +413,8 @@ class _Run:
         return output.data if self._records else output
 
     def position(self) -> tuple[int, int, int]:
+        if self._tracker is not None:
+            return self._tracker.position()
         if self._counters:
             return (*self._clean, self._replay)
         return (*self._units.cursor(), 0)
@@ -450,36 +423,59 @@ class _Run:
         self._upstream.close()
 
 
-class PyGrainDatasetIterator(Iterator[Any]):
-    """The iterator of a DataLoader; its position checkpoints as small JSON.
+class DataLoaderIterator(Iterator[Any]):
+    """The iterator of a DataLoader (``iter(loader)``); its position checkpoints as small JSON.
 
-    ``get_state()`` returns JSON bytes (see the module docstring for the
+    Args:
+      data_loader: the DataLoader to read.
+      state: where to start: a state from `get_state()` (the bytes, or the dict
+        they decode to, as Grain passes it); None starts at the beginning.
+      validate_state: whether a state must come from a loader with the same
+        sampler, data source and shard options (compared by description); with
+        False only its shape is checked.
+
+    ``get_state()`` returns JSON bytes (see `grain_mp._loader_state` for the
     format), and ``set_state(state)`` moves the iterator there: it then returns
     exactly what followed, whatever the worker_count of either loader. Worker
-    processes start at the first `next` and stop at the end, on `close()`, or
-    when the iterator is garbage collected.
+    processes start at the first `next` (or `start_prefetch`) and stop at the
+    end, on `close()`, or when the iterator is garbage collected.
 
     After an exception from the pipeline the iterator stays at the failing
     element: the next call reads it again.
 
     Example::
 
-        it = iter(loader)
+        it = iter(loader)                        # or DataLoaderIterator(loader)
         next(it)
         state = it.get_state()
         later = [next(it) for _ in range(3)]
-        it.set_state(state)
+        it = DataLoaderIterator(loader, state)   # or it.set_state(state)
         assert [next(it) for _ in range(3)] == later
     """
 
-    def __init__(self, loader: DataLoader):
-        self._loader = loader
+    def __init__(
+        self,
+        data_loader: DataLoader,
+        state: bytes | str | dict[str, Any] | None = None,
+        validate_state: bool = True,
+    ):
+        if not isinstance(data_loader, DataLoader):
+            raise TypeError(
+                "`data_loader` must be a grain.python.DataLoader, got "
+                f"{type(data_loader).__name__}."
+            )
+        if not isinstance(validate_state, bool):
+            raise TypeError(f"`validate_state` must be a bool, got {validate_state!r}.")
+        self._loader = data_loader
+        self._validate_state = validate_state
         self._resume: tuple[int, int, int] = (0, 0, 0)
+        if state is not None:
+            self._resume = data_loader._decode_state(state, validate_state)
         self._run: _Run | None = None
         # One thread at a time in next/get_state/set_state/close (grain_dataset._guard).
         add_lock(self)
 
-    def __iter__(self) -> PyGrainDatasetIterator:
+    def __iter__(self) -> DataLoaderIterator:
         return self
 
     @serialized
@@ -506,9 +502,22 @@ class PyGrainDatasetIterator(Iterator[Any]):
     @serialized
     def set_state(self, state: bytes | str | dict[str, Any]) -> None:
         """Moves to the position `state` (from `get_state`) describes; checks it fits."""
-        position = self._loader._decode_state(state)
+        position = self._loader._decode_state(state, self._validate_state)
         self._close_run()
         self._resume = position
+
+    @serialized
+    def start_prefetch(self) -> None:
+        """Starts the worker processes (and reading) now, before the first `next`.
+
+        Useful when the iterator is created (or restored) well before its first
+        element is needed: the workers warm up meanwhile.
+        """
+        if self._run is None:
+            self._run = self._loader._start(*self._resume)
+        start = getattr(self._run._upstream, "start_prefetch", None)
+        if start is not None:
+            start()
 
     def _close_run(self, position: tuple[int, int, int] | None = None) -> None:
         """Stops the current run; reading resumes at `position` (default: where it stopped)."""
@@ -522,7 +531,7 @@ class PyGrainDatasetIterator(Iterator[Any]):
         """Stops the worker processes and reading threads; iterating again restarts them."""
         self._close_run()
 
-    def __enter__(self) -> PyGrainDatasetIterator:
+    def __enter__(self) -> DataLoaderIterator:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -538,6 +547,10 @@ class PyGrainDatasetIterator(Iterator[Any]):
     def __repr__(self) -> str:
         position = self._resume if self._run is None else self._run.position()
         return (
-            f"PyGrainDatasetIterator(next_step={self._loader._unit_to_step(position[0])}, "
+            f"DataLoaderIterator(next_step={self._loader._unit_to_step(position[0])}, "
             f"worker_count={self._loader._worker_count})"
         )
+
+
+PyGrainDatasetIterator = DataLoaderIterator
+"""Grain's older name of `DataLoaderIterator` (``grain.python.PyGrainDatasetIterator``)."""

@@ -9,9 +9,11 @@ followed by the user's `operations`. `plan_operations` splits them in two:
                 None), and batches as long as no filter came before them. It runs
                 as MapDataset stages, so position u of the result depends on u
                 only, in whichever process reads it.
-  parent side   the rest (the "tail"), from the first batch that follows a filter
-                or the first flat map. It runs as a chain of small generators in
-                the process that iterates the DataLoader.
+  parent side   the rest (the "tail"), from the first batch that follows a filter,
+                the first flat map or the first record operation (any other
+                callable: it takes the iterator of Records). It runs as a chain of
+                small generators in the process that iterates the DataLoader
+                (`grain_mp._tail`).
 
 Why: mp_prefetch's round robin over slices ``w::n`` of the positions gives back
 the single-process order exactly when every position yields exactly one item
@@ -22,16 +24,20 @@ consecutive positions, one message per chunk instead of one per element) or
 "fan_out" (the list of a flat map's outputs for one position), and the parent
 flattens the lists before the tail.
 
-Records: operations see the record data only. When an operation needs the
-record's metadata (a RandomMapTransform its `rng`, a MapWithIndex its `index`),
-items are `Record(metadata, data)`; otherwise they are the bare data, which is
-cheaper to move between processes. A batch's metadata is that of its last record.
+Records: transforms see the record data only. When an operation needs the
+record's metadata (a RandomMapTransform its `rng`, a MapWithIndex its `index`, a
+record operation the whole Record), items are `Record(metadata, data)`; otherwise
+they are the bare data, which is cheaper to move between processes. A batch's
+metadata is that of its last record.
+
+Grain's per-record operations (`grain_mp._record_ops`: MapOperation,
+RandomMapOperation, FilterOperation, BatchOperation) are planned exactly like the
+transforms they match, so they too run in the workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -49,6 +55,12 @@ from grain_dataset import (
 )
 from grain_dataset._stage import MapStage
 from grain_index import Record, RecordMetadata
+from grain_mp._record_ops import (
+    BatchOperation,
+    FilterOperation,
+    MapOperation,
+    RandomMapOperation,
+)
 
 # The kinds of per-element operations, with the method each one calls.
 _ELEMENT_KINDS: tuple[tuple[type, str], ...] = (
@@ -56,20 +68,23 @@ _ELEMENT_KINDS: tuple[tuple[type, str], ...] = (
     (RandomMapTransform, "random_map"),
     (MapWithIndex, "map_with_index"),
     (FilterTransform, "filter"),
+    (MapOperation, "map"),
+    (RandomMapOperation, "random_map"),
+    (FilterOperation, "filter"),
 )
-_METADATA_KINDS = ("random_map", "map_with_index")
+_METADATA_KINDS = ("random_map", "map_with_index", "records")
 
 
 def _name(transform: Any) -> str:
     return type(transform).__qualname__
 
 
-class ElementOperation:
+class ElementStep:
     """One per-element operation, as a callable on items: the new item, or None to drop it.
 
     Example::
 
-        op = ElementOperation(MyFilter(), "filter", with_metadata=False)
+        op = ElementStep(MyFilter(), "filter", with_metadata=False)
         op(5)  # 5 when MyFilter().filter(5) is true, else None
     """
 
@@ -77,7 +92,12 @@ class ElementOperation:
         self.transform = transform
         self.kind = kind
         self.with_metadata = with_metadata
-        self._method = getattr(transform, kind)
+        # A record operation's `apply` re-raises the user's errors as Grain does (naming
+        # the record's index), and its Records lose their `record_key`, as in Grain.
+        self._record_op = isinstance(transform, MapOperation | RandomMapOperation | FilterOperation)
+        self._method: Callable[..., Any] = (
+            transform.apply if self._record_op else getattr(transform, kind)
+        )
         # grain_dataset names a failing stage after its function's __qualname__.
         self.__qualname__ = f"{kind}({_name(transform)})"
 
@@ -87,18 +107,23 @@ class ElementOperation:
         else:
             metadata, data = None, item
         kind = self.kind
+        extra = {"index": metadata.index} if self._record_op and metadata is not None else {}
+        if self._record_op and metadata is not None:
+            metadata = metadata.remove_record_key()
         if kind == "filter":
-            return item if self._method(data) else None
+            if not self._method(data, **extra):
+                return None
+            return Record(metadata, data) if self.with_metadata else item
         if kind == "map":
-            result = self._method(data)
+            result = self._method(data, **extra)
         elif kind == "random_map":
             rng = metadata.rng
             if rng is None:
                 raise ValueError(
-                    f"{_name(self.transform)} is a RandomMapTransform but the sampler gave "
+                    f"{_name(self.transform)} draws random numbers but the sampler gave the "
                     "record no `rng`: create the sampler with a seed (IndexSampler(..., seed=0))."
                 )
-            result = self._method(data, rng)
+            result = self._method(data, rng, **extra)
         else:  # map_with_index
             result = self._method(metadata.index, data)
         if result is None:
@@ -110,33 +135,40 @@ class ElementOperation:
         return Record(metadata, result) if self.with_metadata else result
 
     def __repr__(self) -> str:
-        return f"ElementOperation({self.__qualname__})"
+        return f"ElementStep({self.__qualname__})"
 
 
-class BatchOperation:
+class BatchStep:
     """Combines a list of items into one batch item (`batch_fn`, or stacking the PyTrees).
 
-    With metadata, the batch is ``Record(last item's metadata, batch of the data)``.
+    `batch` is a `Batch` transform or a `BatchOperation`. With metadata, the
+    batch is ``Record(last item's metadata, batch of the data)``.
     """
 
-    def __init__(self, batch: Batch, with_metadata: bool):
+    def __init__(self, batch: Batch | BatchOperation, with_metadata: bool):
         self.batch = batch
         self.batch_size = batch.batch_size
-        self.drop_remainder = batch.drop_remainder
+        self.drop_remainder = bool(batch.drop_remainder)
         self.with_metadata = with_metadata
-        self._fn: Callable[[Sequence[Any]], Any] = batch.batch_fn or stack
+        self._record_op = isinstance(batch, BatchOperation)
+        self._fn: Callable[[Sequence[Any]], Any] = (
+            batch.combine if isinstance(batch, BatchOperation) else batch.batch_fn or stack
+        )
         self.__qualname__ = f"Batch(batch_size={batch.batch_size})"
 
     def __call__(self, items: Sequence[Any]) -> Any:
         if self.with_metadata:
-            return Record(items[-1].metadata, self._fn([item.data for item in items]))
+            metadata = items[-1].metadata
+            if self._record_op:
+                metadata = metadata.remove_record_key()  # as Grain's BatchOperation does
+            return Record(metadata, self._fn([item.data for item in items]))
         return self._fn(items)
 
     def __repr__(self) -> str:
-        return f"BatchOperation({self.batch!r})"
+        return f"BatchStep({self.batch!r})"
 
 
-class FlatMapOperation:
+class FlatMapStep:
     """Splits one item into the list of its flat map's outputs (each with the same metadata)."""
 
     def __init__(self, transform: FlatMapTransform, with_metadata: bool):
@@ -164,7 +196,60 @@ class FlatMapOperation:
         return outputs
 
     def __repr__(self) -> str:
-        return f"FlatMapOperation({self.__qualname__})"
+        return f"FlatMapStep({self.__qualname__})"
+
+
+class RecordsStep:
+    """A record operation (any callable from an iterator of Records to one) in the tail.
+
+    `run` checks what it yields: Records, whose metadata `index` the loader's state
+    follows (see `grain_mp._tail`).
+    """
+
+    def __init__(self, operation: Any, position: int):
+        self.operation = operation
+        self.position = position
+        name = getattr(operation, "__qualname__", None)
+        if not isinstance(name, str) or not callable(getattr(operation, "__get__", None)):
+            name = _name(operation)  # an instance: its class
+        self.__qualname__ = f"operations[{position}] ({name})"
+
+    def outputs(self, items: Iterator[Any]) -> Iterator[Any]:
+        """The operation's outputs for `items`, each checked to be a Record."""
+        try:
+            outputs = self.operation(item for item in items)  # a plain generator of Records
+        except (TypeError, AttributeError) as error:
+            # What a per-element function does with an iterator of Records.
+            raise TypeError(
+                f"{self.__qualname__} is called as an operation, with the iterator of "
+                f"grain.python.Record objects, and raised {type(error).__name__}: {error}. "
+                "If it is a function of one element, wrap it: grain.python.MapOperation(fn), "
+                "or a MapTransform subclass."
+            ) from error
+        if not isinstance(outputs, Iterator):
+            try:
+                outputs = iter(outputs)
+            except TypeError:
+                raise TypeError(
+                    f"{self.__qualname__} returned {type(outputs).__name__}, not an iterator: "
+                    "an operation takes an iterator of grain.python.Record objects and yields "
+                    "Records. Wrap a per-element function in grain.python.MapOperation(fn) "
+                    "or a MapTransform."
+                ) from None
+        for output in outputs:
+            index = getattr(getattr(output, "metadata", None), "index", None)
+            integer = isinstance(index, int | np.integer) and not isinstance(index, bool)
+            if not integer or not hasattr(output, "data"):
+                raise TypeError(
+                    f"{self.__qualname__} yielded {type(output).__name__} {output!r:.200}, but "
+                    "an operation must yield grain.python.Record(metadata, data) objects whose "
+                    "metadata has an integer `index` (keep the metadata of the last input "
+                    "record used)."
+                )
+            yield output
+
+    def __repr__(self) -> str:
+        return f"RecordsStep({self.__qualname__})"
 
 
 def strip_metadata(item: Record) -> Any:
@@ -179,18 +264,21 @@ def as_list(items: Sequence[Any]) -> Sequence[Any]:
 
 def operation_kind(transform: Any, position: int) -> str:
     """The kind of one element of `operations`, or a TypeError naming it and the fix."""
-    if isinstance(transform, Batch):
+    if isinstance(transform, Batch | BatchOperation):
         return "batch"
     for cls, kind in _ELEMENT_KINDS:
         if isinstance(transform, cls):
             return kind
     if isinstance(transform, FlatMapTransform):
         return "flat_map"
+    if callable(transform):
+        return "records"
     raise TypeError(
         f"`operations[{position}]` must be a grain transform (MapTransform, "
         "RandomMapTransform, FilterTransform, MapWithIndexTransform, FlatMapTransform or "
-        f"Batch), got {type(transform).__name__} {transform!r}. Wrap a plain function in a "
-        "MapTransform subclass."
+        "Batch) or an operation (a callable from an iterator of grain.python.Record to "
+        f"one, e.g. grain.python.MapOperation(fn)), got {type(transform).__name__} "
+        f"{transform!r}."
     )
 
 
@@ -209,17 +297,19 @@ class Plan:
         the previous one; unit u starts at step ``u * steps_per_unit``.
       metadata: what the source attaches to records: "none", "index" or "full".
       worker_metadata, tail_metadata: whether items are Records on each side.
+      needs_rng: whether an operation draws from the records' `rng`.
     """
 
     worker: tuple[Any, ...]
     unit: str
     tail: tuple[Any, ...]
     chunk_size: int
-    fan_out: FlatMapOperation | None
+    fan_out: FlatMapStep | None
     steps_per_unit: int
     metadata: str
     worker_metadata: bool
     tail_metadata: bool
+    needs_rng: bool = False
 
     @property
     def list_units(self) -> bool:
@@ -227,7 +317,12 @@ class Plan:
 
     @property
     def flat_maps_in_tail(self) -> int:
-        return sum(isinstance(op, FlatMapOperation) for op in self.tail)
+        return sum(isinstance(op, FlatMapStep) for op in self.tail)
+
+    @property
+    def tracks_indices(self) -> bool:
+        """Whether the tail holds record operations (positions follow Record indices)."""
+        return any(isinstance(op, RecordsStep) for op in self.tail)
 
 
 def plan_operations(operations: Sequence[Any]) -> Plan:
@@ -240,43 +335,52 @@ def plan_operations(operations: Sequence[Any]) -> Plan:
         plan.unit    # "chunk": lists of the surviving items of 8 positions
         plan.tail    # (Batch(8),)
     """
+    operations = list(operations)
     kinds = [operation_kind(transform, i) for i, transform in enumerate(operations)]
     split = len(kinds)
     seen_filter = False
     for i, kind in enumerate(kinds):
-        if kind == "flat_map" or (kind == "batch" and seen_filter):
+        if kind in ("flat_map", "records") or (kind == "batch" and seen_filter):
             split = i
             break
         seen_filter = seen_filter or kind == "filter"
     worker_metadata = any(kind in _METADATA_KINDS for kind in kinds)
     tail_start = split + 1 if split < len(kinds) and kinds[split] == "flat_map" else split
-    tail_metadata = any(kind in _METADATA_KINDS for kind in kinds[tail_start:])
-    metadata = "full" if "random_map" in kinds else "index" if "map_with_index" in kinds else "none"
-
-    def wrap(transform: Any, kind: str, with_metadata: bool) -> Any:
-        if kind == "batch":
-            return BatchOperation(transform, with_metadata)
-        if kind == "flat_map":
-            return FlatMapOperation(transform, with_metadata)
-        return ElementOperation(transform, kind, with_metadata)
-
-    worker = tuple(
-        wrap(t, k, worker_metadata) for t, k in zip(operations[:split], kinds[:split], strict=True)
+    # Record operations get Records, and the state follows their indices: all Records after.
+    tail_metadata = any(kind in _METADATA_KINDS for kind in kinds[tail_start:]) or (
+        "records" in kinds
     )
+    metadata = (
+        "full"
+        if "random_map" in kinds or "records" in kinds
+        else "index"
+        if "map_with_index" in kinds
+        else "none"
+    )
+
+    def wrap(transform: Any, kind: str, with_metadata: bool, position: int) -> Any:
+        if kind == "batch":
+            return BatchStep(transform, with_metadata)
+        if kind == "flat_map":
+            return FlatMapStep(transform, with_metadata)
+        if kind == "records":
+            return RecordsStep(transform, position)
+        return ElementStep(transform, kind, with_metadata)
+
+    worker = tuple(wrap(operations[i], kinds[i], worker_metadata, i) for i in range(split))
     steps_per_unit = 1
     for op in worker:
-        if isinstance(op, BatchOperation):
+        if isinstance(op, BatchStep):
             steps_per_unit *= op.batch_size
     unit, chunk_size, fan_out = "item", 1, None
-    if split < len(kinds):
+    if split < len(kinds) and kinds[split] != "records":
         if kinds[split] == "batch":
             unit, chunk_size = "chunk", operations[split].batch_size
             steps_per_unit *= chunk_size
         else:
-            unit, fan_out = "fan_out", FlatMapOperation(operations[split], tail_metadata)
+            unit, fan_out = "fan_out", FlatMapStep(operations[split], tail_metadata)
     tail = tuple(
-        wrap(t, k, tail_metadata)
-        for t, k in zip(operations[tail_start:], kinds[tail_start:], strict=True)
+        wrap(operations[i], kinds[i], tail_metadata, i) for i in range(tail_start, len(kinds))
     )
     return Plan(
         worker=worker,
@@ -288,6 +392,7 @@ def plan_operations(operations: Sequence[Any]) -> Plan:
         metadata=metadata,
         worker_metadata=worker_metadata,
         tail_metadata=tail_metadata,
+        needs_rng="random_map" in kinds,
     )
 
 
@@ -369,7 +474,7 @@ def build_units(plan: Plan, source: MapDataset[Any]) -> MapDataset[Any]:
     """The worker-side MapDataset: one unit per position (see `Plan.unit`)."""
     ds = source
     for op in plan.worker:
-        if isinstance(op, BatchOperation):
+        if isinstance(op, BatchStep):
             ds = ds.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op)
         else:
             ds = ds.map(op)
@@ -380,94 +485,3 @@ def build_units(plan: Plan, source: MapDataset[Any]) -> MapDataset[Any]:
     elif plan.unit == "fan_out":
         ds = ds.map(plan.fan_out)
     return ds
-
-
-# -- the parent side -------------------------------------------------------------------
-
-
-class Units:
-    """The items of the worker side's units, in order, with the position they came from.
-
-    `cursor()` is ``(u, j)``: resume at unit u after skipping j of its items.
-    Created at ``(start, skip)`` it continues exactly there.
-    """
-
-    def __init__(self, upstream: Iterator[Any], lists: bool, start: int = 0, skip: int = 0):
-        self._upstream = upstream
-        self._lists = lists
-        self._next_unit = start  # the position of the next unit to pull
-        self._items: list[Any] = []
-        self._taken = 0
-        if skip:
-            unit = next(upstream, None)
-            self._next_unit += 1
-            if not lists or not isinstance(unit, list) or len(unit) < skip:
-                raise ValueError(
-                    f"the state says to skip {skip} elements of unit {start}, which has "
-                    "fewer: it was saved by a DataLoader with other operations or data."
-                )
-            self._items, self._taken = unit, skip
-
-    def cursor(self) -> tuple[int, int]:
-        if self._taken < len(self._items):
-            return self._next_unit - 1, self._taken
-        return self._next_unit, 0
-
-    def __iter__(self) -> Units:
-        return self
-
-    def __next__(self) -> Any:
-        if self._taken < len(self._items):
-            self._taken += 1
-            return self._items[self._taken - 1]
-        upstream = self._upstream
-        while True:
-            unit = next(upstream)
-            self._next_unit += 1
-            if unit is None:
-                continue  # a filtered position
-            if not self._lists:
-                return unit
-            if unit:
-                self._items, self._taken = unit, 1
-                return unit[0]
-
-
-def _elementwise(items: Iterator[Any], op: ElementOperation) -> Iterator[Any]:
-    for item in items:
-        result = op(item)
-        if result is not None:
-            yield result
-
-
-def _batched(items: Iterator[Any], op: BatchOperation) -> Iterator[Any]:
-    size, drop = op.batch_size, op.drop_remainder
-    while True:
-        group = list(itertools.islice(items, size))
-        if not group or (drop and len(group) < size):
-            return
-        yield op(group)
-
-
-def _flat_mapped(items: Iterator[Any], op: FlatMapOperation, pending: list[int]) -> Iterator[Any]:
-    # pending[0]: outputs of the current element not yet handed on (0 = nothing held).
-    for item in items:
-        outputs = op(item)
-        pending[0] = len(outputs)
-        for output in outputs:
-            pending[0] -= 1
-            yield output
-
-
-def build_tail(plan: Plan, items: Iterator[Any]) -> tuple[Iterator[Any], list[list[int]]]:
-    """The parent-side chain over `items`; also the pending counters of its flat maps."""
-    counters: list[list[int]] = []
-    for op in plan.tail:
-        if isinstance(op, BatchOperation):
-            items = _batched(items, op)
-        elif isinstance(op, FlatMapOperation):
-            counters.append([0])
-            items = _flat_mapped(items, op, counters[-1])
-        else:
-            items = _elementwise(items, op)
-    return items, counters

@@ -2,7 +2,9 @@
 
 Model. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
 `to_iter_dataset` reading only positions w, w+n, w+2n, ... of its MapDataset
-(`grain_dataset._prefetch.set_worker_slice`). The parent takes one element from
+(`grain_dataset._prefetch.set_worker_slice`), or with `sequential_slice` the
+w-th of n contiguous slices (sizes differing by at most one, larger first: 10
+positions over 3 workers are [0..3], [4..6], [7..9], as in Grain). The parent takes one element from
 each worker in turn (0, 1, ..., n-1, 0, ...), skipping workers that have ended,
 so the output is deterministic and, for pipelines without many-to-one steps,
 the single-process order.
@@ -12,7 +14,9 @@ ahead: it sends an element only against a credit, and the parent returns a
 credit for each element it takes. With every element the worker sends its
 pipeline's state after producing it.
 
-State: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}``, the state
+State: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}`` (plus
+``"sequential_slice": 1`` with sequential slices, so that a state of one slicing
+is refused by the other), the state
 of each worker's pipeline as of the last element the parent took (a fresh
 pipeline's state before its first). `set_state` stops the workers and starts
 new ones at those states; a worker whose pipeline had ended reports its end
@@ -118,7 +122,10 @@ _GROUP_S = 0.0005
 
 
 def mp_prefetch(
-    parent: IterDataset[Any], options: MultiprocessingOptions | None, worker_init_fn: Any
+    parent: IterDataset[Any],
+    options: MultiprocessingOptions | None,
+    worker_init_fn: Any,
+    sequential_slice: bool = False,
 ) -> IterDataset[Any]:
     """The builder behind `IterDataset.mp_prefetch` (registered by grain_dataset's hook)."""
     if options is None:
@@ -129,9 +136,11 @@ def mp_prefetch(
         )
     if worker_init_fn is not None and not callable(worker_init_fn):
         raise TypeError(f"`worker_init_fn` must be callable or None, got {worker_init_fn!r}.")
+    if not isinstance(sequential_slice, bool):
+        raise TypeError(f"`sequential_slice` must be a bool, got {sequential_slice!r}.")
     if options.num_workers == 0:
         return parent
-    return MultiprocessPrefetchIterDataset(parent, options, worker_init_fn)
+    return MultiprocessPrefetchIterDataset(parent, options, worker_init_fn, sequential_slice)
 
 
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
@@ -142,6 +151,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         parent: IterDataset[Any],
         options: MultiprocessingOptions,
         worker_init_fn: Any = None,
+        sequential_slice: bool = False,
     ):
         if not isinstance(parent, IterDataset):
             raise TypeError(
@@ -151,6 +161,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         super().__init__(parent)
         self._options = options
         self._worker_init_fn = worker_init_fn
+        self._sequential_slice = sequential_slice
         # The fork-unsafe reader that made the workers start without fork, if one did.
         self._method, self._fork_unsafe = _start.choose_method(parent)
         # Without fork: the pipeline and init fn as every start of the workers sends them.
@@ -176,9 +187,10 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
 
     def __repr__(self) -> str:
         options = self._options
+        sequential = ", sequential_slice=True" if self._sequential_slice else ""
         return (
             f"MultiprocessPrefetchIterDataset(num_workers={options.num_workers}, "
-            f"per_worker_buffer_size={options.per_worker_buffer_size})"
+            f"per_worker_buffer_size={options.per_worker_buffer_size}{sequential})"
         )
 
 
@@ -187,6 +199,7 @@ def _worker_main(
     worker_index: int,
     worker_count: int,
     worker_init_fn: Any,
+    sequential_slice: bool,
     state: Any,
     out: connection.Connection,
     credits: connection.Connection,
@@ -212,7 +225,9 @@ def _worker_main(
             dataset, worker_init_fn = pickle.loads(dataset)
         if worker_init_fn is not None:
             worker_init_fn(worker_index, worker_count)
-        set_worker_slice(worker_index, worker_count)
+        set_worker_slice(worker_index, worker_count, sequential_slice)
+        # A thread's own slice, inherited through fork, must not win in this process.
+        set_worker_slice(worker_index, worker_count, sequential_slice, this_thread=True)
         iterator = iter(dataset)
         if state is not None:
             iterator.set_state(state)
@@ -411,6 +426,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                         index,
                         self._count,
                         init_fn,
+                        dataset._sequential_slice,
                         self._states[index],
                         out_write,
                         credit_read,
@@ -563,11 +579,17 @@ class _MultiprocessIterator(DatasetIterator[Any]):
     # -- the DatasetIterator contract --------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        return {"next_worker": self._next_worker, "parents": list(self._states)}
+        state = {"next_worker": self._next_worker, "parents": list(self._states)}
+        if self._dataset._sequential_slice:
+            state["sequential_slice"] = 1
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         stage = repr(self._dataset)
-        check_state(state, stage, ("next_worker", "parents"))
+        keys: tuple[str, ...] = ("next_worker", "parents")
+        if self._dataset._sequential_slice:
+            keys += ("sequential_slice",)
+        check_state(state, stage, keys)
         workers = state["parents"]
         if not isinstance(workers, list) or len(workers) != self._count:
             raise ValueError(

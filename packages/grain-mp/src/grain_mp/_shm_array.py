@@ -44,16 +44,34 @@ Handing an array to another process::
 
 ``owner_pid=parent_pid`` makes the sweep keep the segment while the parent lives,
 even once the worker is gone.
+
+Grain's interop. `from_shared_memory(shm, shape, dtype)` makes an array over a
+`multiprocessing.shared_memory.SharedMemory` someone else created: the array
+maps the segment itself, keeps `shm` (as `.shm`) and closes it when the array
+and its views are gone; it unlinks only after `unlink_on_del()` (or on
+`unlink()`), through ``shm.unlink()`` so that multiprocessing's resource tracker
+forgets the name too. `enable_async_del()` moves the unlinking and closing that
+garbage collection does to background threads (the collecting thread then does
+not wait on the kernel), with at most `max_outstanding_requests` queued: past
+that, collection waits for room. `close_shm_async(shm, unlink)` closes (and
+unlinks) a SharedMemory the same way; without `enable_async_del` both happen at
+once in the calling thread. At interpreter exit, and in forked children, they
+always happen at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 import operator
 import os
+import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing import shared_memory
 from typing import Any, SupportsIndex
 
 import numpy as np
@@ -112,22 +130,92 @@ class SharedMemoryArrayMetadata:
 class _Ownership:
     """Whether (and in which process) an array unlinks its segment; its finalizer holds this."""
 
-    __slots__ = ("name", "owns", "pid", "unlinked")
+    __slots__ = ("name", "owns", "pid", "shm", "unlinked")
 
-    def __init__(self, name: str, owns: bool) -> None:
+    def __init__(self, name: str, owns: bool, shm: shared_memory.SharedMemory | None) -> None:
         self.name = name
         self.owns = owns
         self.pid = os.getpid()
         self.unlinked = False
+        # The SharedMemory of `from_shared_memory`: closed at the end, unlinked through it.
+        self.shm = shm
+
+
+def _unlink(ownership: _Ownership) -> None:
+    if ownership.shm is not None:
+        with contextlib.suppress(FileNotFoundError):
+            ownership.shm.unlink()  # tells multiprocessing's resource tracker too
+    else:
+        unlink_segment(ownership.name)
+
+
+def _close_shm(shm: shared_memory.SharedMemory, unlink: bool) -> None:
+    # BufferError: the caller still exports shm.buf; its mapping then ends with its last view.
+    with contextlib.suppress(BufferError):
+        shm.close()
+    if unlink:
+        with contextlib.suppress(FileNotFoundError):
+            shm.unlink()
+
+
+_in_deleter = threading.local()
+
+
+def _mark_deleter_thread() -> None:
+    _in_deleter.active = True
+
+
+class _AsyncDeleter:
+    """The background threads of `enable_async_del`, in the process that enabled them."""
+
+    def __init__(self, num_threads: int, max_outstanding: int) -> None:
+        self.pid = os.getpid()
+        self.pool = ThreadPoolExecutor(
+            num_threads, thread_name_prefix="grain-shm-del", initializer=_mark_deleter_thread
+        )
+        self.room = threading.BoundedSemaphore(max_outstanding)
+
+    def submit(self, task: Callable[[], None]) -> bool:
+        """Runs `task` in the background; False if it cannot (the caller runs it)."""
+        if os.getpid() != self.pid:
+            return False  # a forked child: the threads are the parent's
+        if getattr(_in_deleter, "active", False):
+            return False  # collected in a deleter thread: waiting for room could deadlock
+        self.room.acquire()
+        try:
+            future = self.pool.submit(task)
+        except RuntimeError:  # the interpreter is shutting down
+            self.room.release()
+            return False
+        future.add_done_callback(lambda _: self.room.release())
+        return True
+
+
+_deleter: _AsyncDeleter | None = None
+
+
+def _run(task: Callable[[], None]) -> None:
+    deleter = _deleter
+    if deleter is None or not deleter.submit(task):
+        task()
+
+
+def _release(ownership: _Ownership, unlink: bool) -> None:
+    if ownership.shm is not None:
+        _close_shm(ownership.shm, False)
+    if unlink:
+        _unlink(ownership)
 
 
 def _finish(ownership: _Ownership) -> None:
     """Runs when the array is garbage collected or at interpreter exit."""
     # A forked child inherits the owner's objects, finalizers included: only the
     # process that took ownership may unlink.
-    if ownership.owns and not ownership.unlinked and os.getpid() == ownership.pid:
+    unlink = ownership.owns and not ownership.unlinked and os.getpid() == ownership.pid
+    if unlink:
         ownership.unlinked = True
-        unlink_segment(ownership.name)
+    if unlink or ownership.shm is not None:
+        _run(functools.partial(_release, ownership, unlink))
 
 
 class SharedMemoryArray(np.ndarray):
@@ -186,8 +274,13 @@ class SharedMemoryArray(np.ndarray):
         self._metadata = None
         self._ownership = None
 
-    def _adopt(self, metadata: SharedMemoryArrayMetadata, owns: bool) -> None:
-        ownership = _Ownership(metadata.name, owns)
+    def _adopt(
+        self,
+        metadata: SharedMemoryArrayMetadata,
+        owns: bool,
+        shm: shared_memory.SharedMemory | None = None,
+    ) -> None:
+        ownership = _Ownership(metadata.name, owns, shm)
         self._metadata = metadata
         self._ownership = ownership
         # Holds only `ownership`, never the array, so that it cannot keep it alive;
@@ -237,6 +330,106 @@ class SharedMemoryArray(np.ndarray):
         array._adopt(metadata, owns=False)
         return array
 
+    @classmethod
+    def from_shared_memory(
+        cls,
+        shm: shared_memory.SharedMemory,
+        shape: SupportsIndex | Iterable[SupportsIndex],
+        dtype: Any,
+    ) -> SharedMemoryArray:
+        """An array of `shape` and `dtype` over the pages of `shm` (a ``SharedMemory``).
+
+        The array maps the segment itself and keeps `shm` (``array.shm``), which it
+        closes once the array and its views are garbage collected. Like an array
+        from `from_metadata`, it unlinks the segment only after `unlink_on_del()`
+        (or on `unlink()`), through ``shm.unlink()``.
+
+        Example::
+
+            shm = multiprocessing.shared_memory.SharedMemory(create=True, size=64)
+            array = SharedMemoryArray.from_shared_memory(shm, (2, 4), np.int32)
+            array.unlink_on_del()  # the segment goes when the array does
+
+        Raises:
+            TypeError: `shm` is not a SharedMemory.
+            ValueError: the segment is smaller than `shape` and `dtype` need.
+            FileNotFoundError: the segment's name is gone (someone unlinked it).
+        """
+        if not isinstance(shm, shared_memory.SharedMemory):
+            raise TypeError(
+                "from_shared_memory takes a multiprocessing.shared_memory.SharedMemory as "
+                f"`shm`, got {type(shm).__qualname__}; for a SharedMemoryArrayMetadata use "
+                "from_metadata."
+            )
+        metadata = SharedMemoryArrayMetadata(shm.name, _as_shape(shape), _as_dtype(dtype))
+        if shm.size < metadata.nbytes:
+            raise ValueError(
+                f"`shm` {shm.name!r} holds {shm.size} bytes, fewer than the "
+                f"{metadata.nbytes} of a {metadata.shape} {metadata.dtype} array: pass a "
+                "smaller shape or create the SharedMemory with size >= that."
+            )
+        mapping = attach_segment(metadata.name)
+        array = np.ndarray.__new__(cls, metadata.shape, metadata.dtype, buffer=mapping)
+        array._adopt(metadata, owns=False, shm=shm)
+        return array
+
+    @property
+    def shm(self) -> shared_memory.SharedMemory | None:
+        """The SharedMemory given to `from_shared_memory`; None for other arrays."""
+        return None if self._ownership is None else self._ownership.shm
+
+    @classmethod
+    def enable_async_del(cls, num_threads: int = 1, max_outstanding_requests: int = 50) -> None:
+        """Unlinks and closes segments of collected arrays in background threads.
+
+        Garbage collection of an owning array then returns at once; the removal
+        runs in one of `num_threads` threads. At most `max_outstanding_requests`
+        removals wait at a time (each holds a name in /dev/shm and maybe a file
+        descriptor): past that, collection waits for room. Calling it again
+        replaces the threads (the queued work still completes). Applies to this
+        process; forked children remove synchronously unless they enable it too.
+
+        Example::
+
+            SharedMemoryArray.enable_async_del(num_threads=2, max_outstanding_requests=100)
+        """
+        global _deleter
+        for name, value in (
+            ("num_threads", num_threads),
+            ("max_outstanding_requests", max_outstanding_requests),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+        previous, _deleter = _deleter, _AsyncDeleter(num_threads, max_outstanding_requests)
+        if previous is not None and previous.pid == os.getpid():
+            previous.pool.shutdown(wait=False)
+
+    @classmethod
+    def _disable_async_del(cls) -> None:
+        """Back to synchronous removal, after the queued removals finish."""
+        global _deleter
+        previous, _deleter = _deleter, None
+        if previous is not None and previous.pid == os.getpid():
+            previous.pool.shutdown(wait=True)
+
+    @classmethod
+    def close_shm_async(cls, shm: shared_memory.SharedMemory, unlink: bool) -> None:
+        """Closes `shm` and, if `unlink`, removes its name: in the background when
+        `enable_async_del` was called in this process, else now.
+
+        Example::
+
+            SharedMemoryArray.close_shm_async(shm, unlink=True)
+        """
+        if not isinstance(shm, shared_memory.SharedMemory):
+            raise TypeError(
+                "close_shm_async takes a multiprocessing.shared_memory.SharedMemory as `shm`, "
+                f"got {type(shm).__qualname__}."
+            )
+        if not isinstance(unlink, bool):
+            raise TypeError(f"`unlink` must be a bool, got {unlink!r}.")
+        _run(functools.partial(_close_shm, shm, unlink))
+
     def _own(self, action: str) -> _Ownership:
         if self._ownership is None:
             raise ValueError(
@@ -271,7 +464,7 @@ class SharedMemoryArray(np.ndarray):
         ownership.owns = False
         if not ownership.unlinked:
             ownership.unlinked = True
-            unlink_segment(ownership.name)
+            _unlink(ownership)
 
     def close(self) -> None:
         """Gives up this array's ownership: it will never unlink the segment.

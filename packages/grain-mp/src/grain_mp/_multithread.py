@@ -1,0 +1,277 @@
+"""`multithread_prefetch`: mp_prefetch's slicing and round robin, with threads.
+
+Model. Thread t of n iterates its own copy of the pipeline, whose
+`to_iter_dataset` reads only the t-th slice of the positions (strided
+``t::n``, or with `sequential_slice` the t-th contiguous slice), exactly as
+worker t of ``mp_prefetch`` would: the thread sets its slice for the iterators
+it creates (`grain_dataset._prefetch.set_worker_slice(..., this_thread=True)`).
+Each thread holds at most `buffer_size` finished elements (at least one) in
+its queue, each with its pipeline's state after producing it; the consumer
+takes one element from each thread in turn, skipping threads that have ended.
+
+So the output and the state are those of ``mp_prefetch`` with as many workers:
+``{"next_worker": k, "parents": [state_0, ...]}`` (and ``"sequential_slice": 1``),
+the state of each thread's pipeline as of the last element taken. A state of
+either restores into the other. Threads help where elements wait (I/O, or code
+that releases the GIL, or free-threaded Python); pure Python work wants processes.
+
+Threads are daemons that hold no reference to the iterator: closing it,
+`set_state`, the end of the data or garbage collection stops them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import sys
+import threading
+from typing import Any
+
+from grain_dataset import DatasetIterator, IterDataset
+from grain_dataset._prefetch import set_worker_slice
+from grain_dataset._state import check_state
+
+_POLL_S = 0.1
+_ELEMENT, _END, _ERROR = "element", "end", "error"
+
+
+def multithread_prefetch(
+    ds: IterDataset[Any],
+    num_threads: int,
+    buffer_size: int,
+    sequential_slice: bool = False,
+) -> IterDataset[Any]:
+    """Runs `ds` in `num_threads` threads, each on its slice, merged round robin.
+
+    Args:
+      ds: the pipeline, an IterDataset (``MapDataset.to_iter_dataset()`` first).
+      num_threads: threads, >= 0; 0 returns `ds` unchanged.
+      buffer_size: finished elements each thread may hold ahead, >= 0 (a thread
+        always holds at least the one it is handing over).
+      sequential_slice: give each thread a contiguous slice of the positions
+        instead of every num_threads-th one.
+
+    The output and state are those of ``ds.mp_prefetch(MultiprocessingOptions(
+    num_workers=num_threads), sequential_slice=...)``.
+
+    Example::
+
+        ds = grain.MapDataset.source(files).map(read).to_iter_dataset()
+        ds = grain.experimental.multithread_prefetch(ds, num_threads=8, buffer_size=4)
+    """
+    if not isinstance(ds, IterDataset):
+        raise TypeError(
+            "multithread_prefetch needs an IterDataset as `ds`: call .to_iter_dataset() on "
+            f"the MapDataset first, got {type(ds).__name__}."
+        )
+    for name, value in (("num_threads", num_threads), ("buffer_size", buffer_size)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"`{name}` must be an integer >= 0, got {value!r}.")
+        if value < 0:
+            raise ValueError(f"`{name}` must be >= 0, got {value}.")
+    if not isinstance(sequential_slice, bool):
+        raise TypeError(f"`sequential_slice` must be a bool, got {sequential_slice!r}.")
+    if num_threads == 0:
+        return ds
+    return MultithreadPrefetchIterDataset(ds, num_threads, buffer_size, sequential_slice)
+
+
+class MultithreadPrefetchIterDataset(IterDataset[Any]):
+    """The parent pipeline, run in `num_threads` threads (see the module docstring)."""
+
+    def __init__(
+        self,
+        parent: IterDataset[Any],
+        num_threads: int,
+        buffer_size: int,
+        sequential_slice: bool = False,
+    ):
+        super().__init__(parent)
+        self._num_threads = num_threads
+        self._buffer_size = buffer_size
+        self._sequential_slice = sequential_slice
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _MultithreadIterator(self)
+
+    def __repr__(self) -> str:
+        sequential = ", sequential_slice=True" if self._sequential_slice else ""
+        return (
+            f"MultithreadPrefetchIterDataset(num_threads={self._num_threads}, "
+            f"buffer_size={self._buffer_size}{sequential})"
+        )
+
+
+class _Slice:
+    """One thread's queue and stop flag: all the thread shares with the consumer."""
+
+    def __init__(self, size: int):
+        self.queue: queue.Queue[tuple[str, Any, Any]] = queue.Queue(max(1, size))
+        self.stop = threading.Event()
+
+    def put(self, message: tuple[str, Any, Any]) -> bool:
+        """Queues `message`, waiting for room; False once the consumer stopped us."""
+        while not self.stop.is_set():
+            try:
+                self.queue.put(message, timeout=_POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+def _thread_main(
+    dataset: IterDataset[Any],
+    index: int,
+    count: int,
+    sequential: bool,
+    state: Any,
+    box: _Slice,
+) -> None:
+    set_worker_slice(index, count, sequential, this_thread=True)
+    iterator = None
+    try:
+        iterator = iter(dataset)
+        if state is not None:
+            iterator.set_state(state)
+        while not box.stop.is_set():
+            try:
+                element = next(iterator)
+            except StopIteration:
+                box.put((_END, None, iterator.get_state()))
+                return
+            if not box.put((_ELEMENT, element, iterator.get_state())):
+                return
+            del element
+    except BaseException as error:
+        box.put((_ERROR, error, None))
+    finally:
+        if iterator is not None:
+            with contextlib.suppress(Exception):
+                iterator.close()
+
+
+class _MultithreadIterator(DatasetIterator[Any]):
+    # For statistics: its calls wait on the threads.
+    _STATS_ASYNC = True
+
+    def __init__(self, dataset: MultithreadPrefetchIterDataset):
+        super().__init__()
+        self._dataset = dataset
+        count = dataset._num_threads
+        self._count = count
+        # A fresh pipeline's state (the same shape in every thread), as mp_prefetch keeps.
+        fresh = iter(dataset._parents[0])
+        initial = json.dumps(fresh.get_state())
+        fresh.close()
+        self._states: list[Any] = [json.loads(initial) for _ in range(count)]
+        self._state_type = type(self._states[0])
+        self._ended = [False] * count
+        self._next_worker = 0
+        self._boxes: list[_Slice] | None = None
+
+    def _start(self) -> list[_Slice]:
+        dataset = self._dataset
+        boxes = []
+        for index in range(self._count):
+            box = _Slice(dataset._buffer_size)
+            boxes.append(box)
+            if self._ended[index]:
+                continue
+            thread = threading.Thread(
+                target=_thread_main,
+                args=(
+                    dataset._parents[0],
+                    index,
+                    self._count,
+                    dataset._sequential_slice,
+                    self._states[index],
+                    box,
+                ),
+                name=f"grain-multithread-prefetch-{index}",
+                daemon=True,
+            )
+            thread.start()
+        return boxes
+
+    def _stop(self) -> None:
+        boxes, self._boxes = self._boxes, None
+        for box in boxes or ():
+            box.stop.set()
+            # Read ahead, never returned: the states stay before them.
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    box.queue.get_nowait()
+
+    def __next__(self) -> Any:
+        if self._boxes is None:
+            if all(self._ended):
+                raise StopIteration
+            self._boxes = self._start()
+        while not all(self._ended):
+            index = self._next_worker
+            if self._ended[index]:
+                self._next_worker = (index + 1) % self._count
+                continue
+            kind, payload, state = self._boxes[index].queue.get()
+            if kind == _ERROR:
+                self._stop()
+                raise payload
+            self._states[index] = state
+            self._next_worker = (index + 1) % self._count
+            if kind == _END:
+                self._ended[index] = True
+                continue
+            return payload
+        self._stop()
+        raise StopIteration
+
+    def get_state(self) -> dict[str, Any]:
+        state = {"next_worker": self._next_worker, "parents": list(self._states)}
+        if self._dataset._sequential_slice:
+            state["sequential_slice"] = 1
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        stage = repr(self._dataset)
+        keys: tuple[str, ...] = ("next_worker", "parents")
+        if self._dataset._sequential_slice:
+            keys += ("sequential_slice",)
+        check_state(state, stage, keys)
+        parents = state["parents"]
+        if not isinstance(parents, list) or len(parents) != self._count:
+            raise ValueError(
+                f"state {state!r} does not fit {stage}: it needs one entry per thread "
+                f"({self._count}); a checkpoint taken with another number of threads (or "
+                "workers) cannot be restored here."
+            )
+        if state["next_worker"] >= self._count:
+            raise ValueError(f"state['next_worker'] of {stage} must be < {self._count}.")
+        for index, entry in enumerate(parents):
+            if type(entry) is not self._state_type:
+                raise TypeError(
+                    f"state['parents'][{index}] of {stage} must be the state of thread "
+                    f"{index}'s pipeline, a {self._state_type.__name__} from get_state(), "
+                    f"got {type(entry).__name__}; the state is corrupt or from another pipeline."
+                )
+        self._stop()
+        self._next_worker = state["next_worker"]
+        self._states = list(parents)
+        self._ended = [False] * self._count
+
+    def start_prefetch(self) -> None:
+        if self._boxes is None and not all(self._ended):
+            self._boxes = self._start()
+
+    def close(self) -> None:
+        self._stop()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if sys.is_finalizing():
+                return
+            self._stop()
+
+    def __repr__(self) -> str:
+        return f"MultithreadPrefetchIterator(threads={self._count}, next={self._next_worker})"
