@@ -257,3 +257,44 @@ def test_load_refuses_what_grain_refuses(kwargs, error, match):
         load(list(range(10)), **kwargs)
     with pytest.raises(TypeError, match="source"):
         load(iter(range(3)))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_closed_loader_iterator_refuses_next_and_its_state_resumes(workers):
+    loader = _loader(worker_count=workers)
+    expected = list(loader)
+    it = iter(loader)
+    head = [next(it) for _ in range(5)]
+    it.close()
+    with pytest.raises(ValueError, match="closed iterator"):
+        next(it)
+    it.close()  # idempotent
+    resumed = DataLoaderIterator(loader, it.get_state())
+    assert head + list(resumed) == expected
+
+
+def test_loader_iterators_save_and_load_checkpoint_files(tmp_path):
+    import asyncio
+
+    loader = _loader()
+    it = iter(loader)
+    head = [next(it) for _ in range(7)]
+    asyncio.run(it.save(tmp_path))
+    saved = json.loads((tmp_path / "process_0-of-1.json").read_text())
+    assert saved["grain_py_state_format"] == 1
+    fresh = iter(loader)
+    asyncio.run(fresh.load(tmp_path))
+    assert head + list(fresh) == list(loader)
+
+
+def test_multiprocessing_options_are_mutable_and_checked_like_grains():
+    options = MultiprocessingOptions()
+    options.num_workers = 3
+    assert options == MultiprocessingOptions(num_workers=3)
+    with pytest.raises(ValueError, match="per_worker_buffer_size"):
+        options.per_worker_buffer_size = 0
+    with pytest.raises(TypeError, match="enable_profiling"):
+        options.enable_profiling = "yes"
+    with pytest.raises(TypeError):
+        hash(options)

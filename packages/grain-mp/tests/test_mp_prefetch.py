@@ -305,3 +305,22 @@ def _alive(pid):
             return stat.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["above", "inside"])
+def test_dataset_options_min_shm_size_sends_smaller_arrays_by_copy(where):
+    from grain_dataset import DatasetOptions, WithOptionsIterDataset
+
+    options = DatasetOptions(min_shm_size=1 << 20)
+    inner = MapDataset.range(8).map(_image).to_iter_dataset()
+    if where == "inside":
+        inner = WithOptionsIterDataset(inner, options)
+    ds = inner.mp_prefetch(_options(2))
+    if where == "above":
+        ds = WithOptionsIterDataset(ds, options)
+    it = iter(ds)
+    held = [next(it) for _ in range(4)]  # 12 KB images: copied, so no segment is held
+    assert _our_segments() == []
+    assert [int(image[0, 0, 0]) for image in held] == [0, 1, 2, 3]
+    it.close()

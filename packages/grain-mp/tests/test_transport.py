@@ -566,3 +566,16 @@ finally:
             f"pickled through the Queue {rates[False]:.0f} MB/s; "
             f"one-thread numpy copy {copy_rate:.0f} MB/s"
         )
+
+
+def test_min_bytes_can_be_raised_so_mid_sized_arrays_are_copied(local):
+    pool, reader = local
+    element = {"a": np.arange(2_000.0)}  # 16 KB: above the default threshold
+    shared = pool.encode(element)
+    assert shared.segment is not None
+    assert_same(reader.decode(shared), element)  # a copy: the segment goes back
+    pool.min_bytes = 1 << 20
+    assert pool.min_bytes == 1 << 20
+    payload = pool.encode(element)
+    assert payload.segment is None
+    assert_same(reader.decode(payload), element)

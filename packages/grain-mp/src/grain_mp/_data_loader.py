@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Coroutine, Iterator
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ import numpy as np
 from grain_dataset import ReadOptions
 from grain_dataset._base import INFINITE
 from grain_dataset._guard import add_lock, serialized
+from grain_dataset._state_file import load_coroutine, save_coroutine
 from grain_index import NoSharding, ShardOptions
 from grain_mp._loader_state import (
     decode_state,
@@ -438,7 +439,9 @@ class DataLoaderIterator(Iterator[Any]):
     format), and ``set_state(state)`` moves the iterator there: it then returns
     exactly what followed, whatever the worker_count of either loader. Worker
     processes start at the first `next` (or `start_prefetch`) and stop at the
-    end, on `close()`, or when the iterator is garbage collected.
+    end, on `close()`, or when the iterator is garbage collected. A closed
+    iterator refuses `next()` (ValueError), like every iterator of this library;
+    its `get_state()` still tells where it stopped.
 
     After an exception from the pipeline the iterator stays at the failing
     element: the next call reads it again.
@@ -472,6 +475,7 @@ class DataLoaderIterator(Iterator[Any]):
         if state is not None:
             self._resume = data_loader._decode_state(state, validate_state)
         self._run: _Run | None = None
+        self._closed = False
         # One thread at a time in next/get_state/set_state/close (grain_dataset._guard).
         add_lock(self)
 
@@ -482,6 +486,12 @@ class DataLoaderIterator(Iterator[Any]):
     def __next__(self) -> Any:
         run = self._run
         if run is None:
+            if self._closed:
+                raise ValueError(
+                    "next() on a closed iterator (DataLoaderIterator): close() stopped its workers for "
+                    "good. Create a new one with iter(loader) (and set_state(...) to continue "
+                    "where this one was)."
+                )
             run = self._run = self._loader._start(*self._resume)
         before = run.position()
         try:
@@ -528,8 +538,21 @@ class DataLoaderIterator(Iterator[Any]):
 
     @serialized
     def close(self) -> None:
-        """Stops the worker processes and reading threads; iterating again restarts them."""
+        """Stops the worker processes and reading threads for good; idempotent."""
+        self._closed = True
         self._close_run()
+
+    def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+        """Returns a coroutine that writes the state (taken now) into `directory`.
+
+        As `DatasetIterator.save`: ``process_<i>-of-<n>.json``, e.g.
+        ``asyncio.run(it.save(path))``.
+        """
+        return save_coroutine(self, directory)
+
+    def load(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+        """Returns a coroutine that reads the state from `directory` and sets it."""
+        return load_coroutine(self, directory)
 
     def __enter__(self) -> DataLoaderIterator:
         return self

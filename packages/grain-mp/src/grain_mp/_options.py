@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from grain_index import _validate
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class MultiprocessingOptions:
     """Options of `IterDataset.mp_prefetch` (and of the DataLoader's workers).
 
@@ -18,6 +19,9 @@ class MultiprocessingOptions:
       enable_profiling: accepted for compatibility; per-stage statistics come
         from ``DatasetOptions(execution_tracking_mode="stage_timing")``.
 
+    Mutable, as Grain's is (a field set later is checked too); a pipeline reads
+    the values when its iterator starts its workers.
+
     Example::
 
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=3, per_worker_buffer_size=10))
@@ -27,13 +31,13 @@ class MultiprocessingOptions:
     per_worker_buffer_size: int = 1
     enable_profiling: bool = False
 
-    def __post_init__(self) -> None:
-        _validate.int_in_range(self.num_workers, "MultiprocessingOptions.num_workers", 0)
-        _validate.int_in_range(
-            self.per_worker_buffer_size, "MultiprocessingOptions.per_worker_buffer_size", 1
-        )
-        if not isinstance(self.enable_profiling, bool):
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "num_workers":
+            _validate.int_in_range(value, "MultiprocessingOptions.num_workers", 0)
+        elif name == "per_worker_buffer_size":
+            _validate.int_in_range(value, "MultiprocessingOptions.per_worker_buffer_size", 1)
+        elif name == "enable_profiling" and not isinstance(value, bool):
             raise TypeError(
-                "`MultiprocessingOptions.enable_profiling` must be a bool, "
-                f"got {self.enable_profiling!r}."
+                f"`MultiprocessingOptions.enable_profiling` must be a bool, got {value!r}."
             )
+        object.__setattr__(self, name, value)

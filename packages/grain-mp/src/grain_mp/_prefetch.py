@@ -206,6 +206,7 @@ def _worker_main(
     parent_pid: int,
     inherited: list[connection.Connection],
     buffer_size: int,
+    min_shm_size: int = 0,
 ) -> None:
     """A worker: builds its share of the pipeline, then sends elements against credits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -229,6 +230,12 @@ def _worker_main(
         # A thread's own slice, inherited through fork, must not win in this process.
         set_worker_slice(worker_index, worker_count, sequential_slice, this_thread=True)
         iterator = iter(dataset)
+        # DatasetOptions(min_shm_size=...): given above mp_prefetch (the parent's) or
+        # within the worker's own pipeline; smaller arrays travel by copy.
+        own = iterator._ctx.dataset_options
+        min_shm_size = min_shm_size or (own.min_shm_size if own is not None else 0)
+        if min_shm_size:
+            pool.min_bytes = min_shm_size
         if state is not None:
             iterator.set_state(state)
         credit = _Credit(credits, parent_pid, pool)
@@ -393,6 +400,10 @@ class _MultiprocessIterator(DatasetIterator[Any]):
 
     # -- worker life cycle -------------------------------------------------------------
 
+    def _min_shm_size(self) -> int:
+        options = self._ctx.dataset_options
+        return options.min_shm_size if options is not None else 0
+
     def _start(self) -> list[_Worker]:
         dataset = self._dataset
         # Segments of runs whose processes were all killed (preemption) go first.
@@ -433,6 +444,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                         os.getpid(),
                         inherited if dataset._method == "fork" else [],
                         dataset._options.per_worker_buffer_size,
+                        self._min_shm_size(),
                     ),
                     name=f"{_start.WORKER_NAME}-{index}",
                     daemon=True,

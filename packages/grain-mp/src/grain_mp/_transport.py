@@ -292,6 +292,15 @@ class SegmentPool:
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
 
     @property
+    def min_bytes(self) -> int:
+        """Arrays with fewer bytes are pickled inline rather than put in shared memory."""
+        return self._min_bytes
+
+    @min_bytes.setter
+    def min_bytes(self, value: int) -> None:
+        self._min_bytes = max(1, int(value))
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The names of every segment the pool holds, free or lent."""
         state = self._state

@@ -36,8 +36,9 @@ from grain_dataset import config as config
 from grain_index import Record as Record
 from grain_index import RecordMetadata as RecordMetadata
 from grain_mp import DataLoader as DataLoader
+from grain_mp import DataLoaderIterator as DataLoaderIterator
 from grain_mp import MultiprocessingOptions as MultiprocessingOptions
-from grain_mp import PyGrainDatasetIterator as DataLoaderIterator
+from grain_mp import load as load
 
 try:
     __version__: str = _metadata.version("grain")
@@ -63,6 +64,7 @@ __all__ = [
     "config",
     "constants",
     "experimental",
+    "load",
     "monitoring",
     "multiprocessing",
     "python",

@@ -46,7 +46,9 @@ from grain_dataset import set_next_index as set_next_index
 from grain_index import index_shuffle as index_shuffle
 from grain_jax._device_put import device_put as device_put
 from grain_jax._sharding import make_global_batch as make_global_batch
+from grain_mp import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp import PerformanceConfig as PerformanceConfig
+from grain_mp import multithread_prefetch as multithread_prefetch
 from grain_mp import pick_performance_config as pick_performance_config
 
 __all__ = [
@@ -64,6 +66,7 @@ __all__ = [
     "InterleaveIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
+    "PackAndBatchOperation",
     "ParquetIterDataset",
     "PerformanceConfig",
     "RebatchIterDataset",
@@ -87,6 +90,7 @@ __all__ = [
     "get_next_index",
     "index_shuffle",
     "make_global_batch",
+    "multithread_prefetch",
     "pick_performance_config",
     "set_next_index",
 ]

@@ -38,10 +38,16 @@ from grain_index.constants import RECORD as RECORD
 from grain_index.constants import RECORD_KEY as RECORD_KEY
 from grain_index.constants import SEED as SEED
 from grain_jax._sharding import ShardByJaxProcess as ShardByJaxProcess
+from grain_mp import BatchOperation as BatchOperation
 from grain_mp import DataLoader as DataLoader
+from grain_mp import FilterOperation as FilterOperation
+from grain_mp import MapOperation as MapOperation
 from grain_mp import MultiprocessingOptions as MultiprocessingOptions
+from grain_mp import Operation as Operation
 from grain_mp import PyGrainDatasetIterator as PyGrainDatasetIterator
+from grain_mp import RandomMapOperation as RandomMapOperation
 from grain_mp import SharedMemoryArray as SharedMemoryArray
+from grain_mp import load as load
 from grain_sources import ArrayRecordDataSource as ArrayRecordDataSource
 from grain_sources import InMemoryDataSource as InMemoryDataSource
 from grain_sources import RandomAccessDataSource as RandomAccessDataSource
@@ -86,9 +92,11 @@ __all__ = [
     "SEED",
     "ArrayRecordDataSource",
     "Batch",
+    "BatchOperation",
     "DataLoader",
     "DatasetIterator",
     "DatasetSelectionMap",
+    "FilterOperation",
     "FilterTransform",
     "FlatMapTransform",
     "GrainCheckpointHandler",
@@ -98,15 +106,18 @@ __all__ = [
     "IndexSampler",
     "IterDataset",
     "MapDataset",
+    "MapOperation",
     "MapTransform",
     "MapWithIndexTransform",
     "MultiprocessingOptions",
     "NoSharding",
+    "Operation",
     "PyGrainCheckpointHandler",
     "PyGrainCheckpointRestore",
     "PyGrainCheckpointSave",
     "PyGrainDatasetIterator",
     "RandomAccessDataSource",
+    "RandomMapOperation",
     "RandomMapTransform",
     "RangeDataSource",
     "ReadOptions",
@@ -122,6 +133,7 @@ __all__ = [
     "Transformations",
     "config",
     "experimental",
+    "load",
 ]
 
 
