@@ -488,9 +488,9 @@ class DataLoaderIterator(Iterator[Any]):
         if run is None:
             if self._closed:
                 raise ValueError(
-                    "next() on a closed iterator (DataLoaderIterator): close() stopped its workers for "
-                    "good. Create a new one with iter(loader) (and set_state(...) to continue "
-                    "where this one was)."
+                    "next() on a closed iterator (DataLoaderIterator): close() stopped its "
+                    "workers for good. Create a new one with iter(loader) (and set_state(...) "
+                    "to continue where this one was)."
                 )
             run = self._run = self._loader._start(*self._resume)
         before = run.position()
