@@ -298,3 +298,16 @@ def test_multiprocessing_options_are_mutable_and_checked_like_grains():
         options.enable_profiling = "yes"
     with pytest.raises(TypeError):
         hash(options)
+
+
+@pytest.mark.parametrize("sampler", [None, 5, [0, 1, 2]])
+def test_a_sampler_that_gives_no_record_metadata_is_refused_at_once(sampler):
+    for kind in (TypeError, ValueError):  # ours, and Grain's for these calls
+        with pytest.raises(kind, match="`sampler`"):
+            DataLoader(data_source=[1, 2, 3], sampler=sampler, worker_count=0)
+
+
+def test_an_operation_of_no_function_is_refused_with_both_types():
+    for kind in (TypeError, ValueError):
+        with pytest.raises(kind, match="map_function"):
+            MapOperation(None)

@@ -77,7 +77,7 @@ def test_one_file_reads_every_record_including_empty_ones(tmp_path):
     path = write_file(tmp_path / "one.array_record", records)
     src = ArrayRecordDataSource(path)
     assert len(src) == len(records)
-    assert src.paths == (path,)
+    assert src.paths == [path]
     assert src.num_records() == len(records)
     assert src.num_records(0) == len(records)
     got = [src[i] for i in range(len(src))]
@@ -92,7 +92,7 @@ def test_list_of_files_numbers_records_globally_in_the_given_order(shards):
     paths, expected = shards
     src = ArrayRecordDataSource(paths)
     assert len(src) == sum(COUNTS) == len(expected)
-    assert src.paths == tuple(paths)
+    assert src.paths == list(paths)
     assert [src.num_records(i) for i in range(len(COUNTS))] == list(COUNTS)
     assert [src[i] for i in range(len(src))] == expected
     # The boundaries around the empty file in the middle.
@@ -114,7 +114,7 @@ def test_glob_reads_matches_in_sorted_order_and_skips_directories(tmp_path):
     (tmp_path / "shard-dir").mkdir()
     write_file(tmp_path / "other", [b"not matched"])
     src = ArrayRecordDataSource(str(tmp_path / "shard-*"))
-    assert src.paths == tuple(str(tmp_path / name) for name in ["shard-a", "shard-b", "shard-c"])
+    assert src.paths == [str(tmp_path / name) for name in ["shard-a", "shard-b", "shard-c"]]
     expected = [b"shard-a:0", b"shard-a:1", b"shard-a:2", b"shard-b:0", b"shard-c:0"]
     assert list(src) == [*expected, b"shard-c:1"]
     src.close()
@@ -128,7 +128,7 @@ def test_sharded_pattern_expands_to_all_shards_in_order(tmp_path):
         write_file(tmp_path / f"train-{shard:05d}-of-00003", records)
         expected.extend(records)
     src = ArrayRecordDataSource(str(tmp_path / "train@3"))
-    assert src.paths == tuple(str(tmp_path / f"train-{i:05d}-of-00003") for i in range(3))
+    assert src.paths == [str(tmp_path / f"train-{i:05d}-of-00003") for i in range(3)]
     assert list(src) == expected
     assert src[4] == b"shard2:0"
     # A sharded pattern can also be one entry of a list, mixed with plain files.
@@ -155,7 +155,7 @@ def test_path_like_objects_are_accepted(shards, tmp_path):
     as_custom = [CustomPath(path) for path in paths]
     for given in [as_pathlib, as_custom, tuple(as_pathlib)]:
         src = ArrayRecordDataSource(given)
-        assert src.paths == tuple(paths)
+        assert src.paths == list(paths)
         assert all(type(path) is str for path in src.paths)
         assert src.__getitems__(list(range(len(src)))) == expected
         src.close()
@@ -163,7 +163,7 @@ def test_path_like_objects_are_accepted(shards, tmp_path):
     assert list(single) == expected[:3]
     single.close()
     pattern = ArrayRecordDataSource(tmp_path / "part*.array_record")
-    assert pattern.paths == tuple(sorted(paths))
+    assert pattern.paths == sorted(paths)
     pattern.close()
 
 
@@ -728,4 +728,33 @@ def test_to_iter_dataset_with_threads_matches_no_threads(shards):
     threaded = list(ds.to_iter_dataset(grain.ReadOptions(num_threads=4)))
     assert threaded == serial
     assert sorted(serial) == sorted(expected)
+    src.close()
+
+
+# -- the exception types Grain raises too ------------------------------------------------------
+
+
+def test_errors_are_also_the_exception_types_grain_raises(tmp_path, shards):
+    paths, expected = shards
+    not_array_record = tmp_path / "text.txt"
+    not_array_record.write_text("hello")
+    cases = [
+        (
+            lambda: ArrayRecordDataSource(str(tmp_path / "missing")),
+            (FileNotFoundError, RuntimeError),
+        ),
+        (lambda: ArrayRecordDataSource(str(tmp_path)), (IsADirectoryError, RuntimeError)),
+        (lambda: ArrayRecordDataSource(str(not_array_record)), (ValueError, RuntimeError)),
+        (lambda: ArrayRecordDataSource(5), (TypeError, ValueError)),
+        (lambda: ArrayRecordDataSource([None]), (TypeError, ValueError)),
+    ]
+    for call, kinds in cases:
+        for kind in kinds:
+            with pytest.raises(kind):
+                call()
+    src = ArrayRecordDataSource(paths)
+    for kind in (IndexError, ValueError):
+        with pytest.raises(kind, match="out of range"):
+            src[len(expected)]
+    assert isinstance(src.paths, list)
     src.close()

@@ -34,14 +34,9 @@ def _by_name(datasets: Any, weights: Any) -> tuple[Any, Any]:
             )
         return datasets, weights
     names = list(datasets)
-    if weights is None:
-        return [datasets[name] for name in names], None
-    if not isinstance(weights, Mapping):
-        raise TypeError(
-            "`datasets` of mix is a dict, so `weights` must be a dict with the same keys, "
-            f"like {{{', '.join(repr(n) + ': 1.0' for n in names[:2])}}}; got "
-            f"{type(weights).__name__}."
-        )
+    if weights is None or not isinstance(weights, Mapping):
+        # A list of weights goes with the datasets in the dict's order, as in Grain.
+        return [datasets[name] for name in names], weights
     if set(weights) != set(names):
         raise ValueError(
             f"`weights` of mix must have the keys of `datasets`, {sorted(names)}; got "

@@ -1,9 +1,11 @@
 """Sharding: which part of [0, n) each of `shard_count` shards owns.
 
 Shards own contiguous ranges of *positions*. With `drop_remainder=False` the
-ranges partition [0, n) and their sizes differ by at most one; with `True`
-every shard has ``n // shard_count`` positions and the last ``n % shard_count``
-positions belong to no shard.
+ranges partition [0, n) and the first ``n % shard_count`` shards own one
+position more than the others (as Grain's ShardOptions documents it: 10
+records over 3 shards are [0, 4), [4, 7), [7, 10)); with `True` every shard
+has ``n // shard_count`` positions and the last ``n % shard_count`` positions
+belong to no shard.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ class ShardOptions:
       shard_index: this shard, in [0, shard_count).
       shard_count: the number of shards, >= 1 (e.g. the number of hosts).
       drop_remainder: if True, all shards get the same number of records and
-        the remainder is dropped; if False, shard sizes differ by at most one.
+        the remainder is dropped; if False, the remainder goes one record each
+        to the first shards.
 
     Example::
 
@@ -61,7 +64,8 @@ def shard_bounds(num_records: int, options: ShardOptions) -> tuple[int, int]:
     if not isinstance(options, ShardOptions):
         raise TypeError(f"`shard_options` must be a ShardOptions, got {type(options).__name__}.")
     i, count = options.shard_index, options.shard_count
+    size, remainder = divmod(n, count)
     if options.drop_remainder:
-        size = n // count
         return i * size, (i + 1) * size
-    return i * n // count, (i + 1) * n // count
+    start = i * size + min(i, remainder)
+    return start, start + size + (i < remainder)

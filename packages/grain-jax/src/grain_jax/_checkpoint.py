@@ -90,6 +90,10 @@ class CheckpointHandler(ocp.CheckpointHandler):
         """Iterator checkpoints have no metadata to report."""
         return None
 
+    def structure(self, directory: Any) -> None:
+        """Iterator checkpoints have no tree structure to report (Orbax's legacy hook)."""
+        return None
+
     def finalize(self, directory: Any) -> None:
         """Nothing to finalize: the file is complete when `save` returns."""
 

@@ -43,9 +43,10 @@ import numpy as np
 
 from grain_dataset import ReadOptions
 from grain_dataset._base import INFINITE
+from grain_dataset._errors import WrongTypeError
 from grain_dataset._guard import add_lock, serialized
 from grain_dataset._state_file import load_coroutine, save_coroutine
-from grain_index import NoSharding, ShardOptions
+from grain_index import NoSharding, RecordMetadata, ShardOptions
 from grain_mp._loader_state import (
     decode_state,
     describe_for_checkpoint,
@@ -189,7 +190,7 @@ class DataLoader:
                 f"{type(data_source).__name__}."
             )
         if not hasattr(sampler, "__getitem__"):
-            raise TypeError(
+            raise WrongTypeError(
                 "`sampler` must give the RecordMetadata of step k as `sampler[k]`, like "
                 f"grain.python.IndexSampler(...); got {type(sampler).__name__}."
             )
@@ -257,6 +258,12 @@ class DataLoader:
             self._length = total // shard_count
         else:
             self._length = max(0, -(-(total - shard_index) // shard_count))
+        if self._length and not isinstance(sampler[shard_index], RecordMetadata):
+            raise WrongTypeError(
+                "`sampler` must give the RecordMetadata of step k as `sampler[k]`, like "
+                f"grain.python.IndexSampler(...); its step {shard_index} is "
+                f"{type(sampler[shard_index]).__name__}."
+            )
         if self._plan.needs_rng and self._length and sampler[shard_index].rng is None:
             raise ValueError(
                 "`operations` hold a random map (RandomMapTransform or RandomMapOperation), "

@@ -37,6 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from grain_dataset import stack
+from grain_dataset._errors import WrongTypeError
 from grain_index import Record
 
 _IN = TypeVar("_IN")
@@ -66,7 +67,10 @@ class Operation(Protocol):
 
 def _check_callable(value: Any, name: str, owner: str, example: str) -> None:
     if not callable(value):
-        raise TypeError(f"`{name}` of {owner} must be callable, e.g. {example}; got {value!r}.")
+        # Both types: Grain raises a ValueError for this (when the loader first calls it).
+        raise WrongTypeError(
+            f"`{name}` of {owner} must be callable, e.g. {example}; got {value!r}."
+        )
 
 
 def _failed(owner: str, name: str, index: int | None, error: Exception) -> ValueError:

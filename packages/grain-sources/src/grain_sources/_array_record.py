@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
-from grain_sources._checks import record_index, record_indices
+from grain_sources._checks import UnreadableFileError, record_index, record_indices
 from grain_sources._paths import PathLike, expand
 
 _log = logging.getLogger(__name__)
@@ -105,7 +105,9 @@ class ArrayRecordDataSource:
 
     def _count_records(self, path: str) -> int:
         if os.path.getsize(path) == 0:
-            raise ValueError(f"{path!r} is empty (0 bytes): it is not an ArrayRecord file.")
+            raise UnreadableFileError(
+                f"{path!r} is empty (0 bytes): it is not an ArrayRecord file."
+            )
         reader = self._open(path)
         try:
             count = reader.num_records()
@@ -136,7 +138,7 @@ class ArrayRecordDataSource:
                 reason = str(error).split("; ", 1)[0] or "unreadable"
             finally:
                 _close(reader)
-            raise ValueError(
+            raise UnreadableFileError(
                 f"{path!r} is not a readable ArrayRecord file ({reason}): it is corrupt, "
                 "truncated or of another format."
             )
@@ -240,9 +242,9 @@ class ArrayRecordDataSource:
             yield from self.__getitems__(np.arange(start, min(start + step, self._length)))
 
     @property
-    def paths(self) -> tuple[str, ...]:
-        """The files, in the order their records are numbered."""
-        return self._files
+    def paths(self) -> list[str]:
+        """The files, in the order their records are numbered (a new list, as in Grain)."""
+        return list(self._files)
 
     def num_records(self, file: int | None = None) -> int:
         """The records of file number `file`, or of all files when None."""

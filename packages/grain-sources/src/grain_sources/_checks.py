@@ -20,7 +20,7 @@ def record_index(value: Any, length: int, source: object) -> int:
     index = as_index(value)
     resolved = index + length if index < 0 else index
     if not 0 <= resolved < length:
-        raise IndexError(
+        raise RecordOutOfRangeError(
             f"index {index} is out of range for {type(source).__name__} of length {length}: "
             f"use 0 <= index < {length} (or a negative index down to -{length})."
         )
@@ -57,3 +57,27 @@ def record_indices(values: Any, length: int, source: object) -> np.ndarray:
         original = np.asarray(values).reshape(-1)[np.flatnonzero(bad)[0]]
         record_index(int(original), length, source)
     return indices
+
+
+# Errors that are both the exception this library raises and the one Grain raises for
+# the same call, so that code written for either catches them.
+
+
+class WrongTypeError(TypeError, ValueError):
+    """An argument of the wrong type (Grain raises ValueError for some)."""
+
+
+class NoSuchFileError(FileNotFoundError, RuntimeError):
+    """A path that names no file (Grain's ArrayRecord reader raises RuntimeError)."""
+
+
+class DirectoryNotFileError(IsADirectoryError, RuntimeError):
+    """A path that names a directory where a file is needed (Grain: RuntimeError)."""
+
+
+class UnreadableFileError(ValueError, RuntimeError):
+    """A file that is not of the expected format (Grain: RuntimeError)."""
+
+
+class RecordOutOfRangeError(IndexError, ValueError):
+    """A record index outside the source (Grain's ArrayRecord source: ValueError)."""

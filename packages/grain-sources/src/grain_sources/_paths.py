@@ -13,6 +13,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from grain_sources._checks import DirectoryNotFileError, NoSuchFileError, WrongTypeError
+
 PathLike = str | os.PathLike[str]
 _SHARDED = re.compile(r"^(?P<base>.+)@(?P<count>\d+)$")
 _GLOB_CHARS = frozenset("*?[")
@@ -28,12 +30,12 @@ def expand(paths: Any, argument: str = "paths") -> list[str]:
     if isinstance(paths, str | os.PathLike):
         items: Sequence[Any] = [paths]
     elif isinstance(paths, bytes):
-        raise TypeError(f"`{argument}` must be a str path, not bytes: decode it first.")
+        raise WrongTypeError(f"`{argument}` must be a str path, not bytes: decode it first.")
     else:
         try:
             items = list(paths)
         except TypeError:
-            raise TypeError(
+            raise WrongTypeError(
                 f"`{argument}` must be a path, a glob pattern or a list of them, "
                 f"got {type(paths).__name__}."
             ) from None
@@ -42,7 +44,7 @@ def expand(paths: Any, argument: str = "paths") -> list[str]:
     files: list[str] = []
     for item in items:
         if not isinstance(item, str | os.PathLike):
-            raise TypeError(
+            raise WrongTypeError(
                 f"each entry of `{argument}` must be a path (str or os.PathLike), "
                 f"got {type(item).__name__} {item!r}."
             )
@@ -52,7 +54,7 @@ def expand(paths: Any, argument: str = "paths") -> list[str]:
 
 def _expand_one(pattern: str) -> list[str]:
     if os.path.isdir(pattern):
-        raise IsADirectoryError(
+        raise DirectoryNotFileError(
             f"{pattern!r} is a directory, not a file: pass its files, e.g. a glob "
             f"like {os.path.join(pattern, '*.array_record')!r}."
         )
@@ -66,7 +68,7 @@ def _expand_one(pattern: str) -> list[str]:
         names = [shard_name(sharded["base"], i, count) for i in range(count)]
         missing = [name for name in names if not os.path.isfile(name)]
         if missing:
-            raise FileNotFoundError(
+            raise NoSuchFileError(
                 f"the sharded pattern {pattern!r} needs {count} files named "
                 f"{shard_name(sharded['base'], 0, count)!r} ...; missing: {missing[:3]}."
             )
@@ -74,6 +76,6 @@ def _expand_one(pattern: str) -> list[str]:
     if _GLOB_CHARS & set(pattern):
         matches = sorted(path for path in glob.glob(pattern) if not os.path.isdir(path))
         if not matches:
-            raise FileNotFoundError(f"no file matches the pattern {pattern!r}.")
+            raise NoSuchFileError(f"no file matches the pattern {pattern!r}.")
         return matches
-    raise FileNotFoundError(f"{pattern!r} does not exist: pass an existing file or a glob.")
+    raise NoSuchFileError(f"{pattern!r} does not exist: pass an existing file or a glob.")
