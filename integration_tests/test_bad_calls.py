@@ -233,8 +233,8 @@ BAD_CALLS: dict[str, tuple[Any, ...]] = {
         TypeError,
         "`parents[1]`",
     ),
-    "ThreadPrefetchIterDataset of a MapDataset": (
-        lambda: ge.ThreadPrefetchIterDataset(M.range(3), prefetch_buffer_size=1),
+    "ThreadPrefetchIterDataset of a list": (
+        lambda: ge.ThreadPrefetchIterDataset([1, 2, 3], prefetch_buffer_size=1),
         TypeError,
         "`parent`",
     ),
@@ -321,11 +321,11 @@ BAD_CALLS: dict[str, tuple[Any, ...]] = {
         "`weights[0]`",
     ),
     "ZipIterDataset no parents": (lambda: ge.ZipIterDataset([]), ValueError, "`parents`"),
-    "repeat an empty dataset": (lambda: len(M.range(0).repeat()), ValueError, "empty dataset"),
+    "repeat with zero epochs": (lambda: M.range(3).repeat(0), ValueError, "`num_epochs`"),
     "mix of an empty dataset repeated": (
         lambda: M.mix([M.range(0).repeat(), M.range(3).repeat()])[0],
         ValueError,
-        "empty dataset",
+        "of mix is empty",
     ),
     "element 0 of an empty dataset": (lambda: M.source([])[0], IndexError, "empty"),
     "a sampler without records": (

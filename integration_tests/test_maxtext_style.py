@@ -25,11 +25,6 @@ MAX_LEN, BATCH, HOSTS = 16, 4, 2
 PAD = 0
 
 
-def token(doc: int, word: int) -> int:
-    # Unique per (document, word) so the test can account for every token.
-    return doc * 1000 + word + 1
-
-
 def write_corpus(directory, docs=60, files=3):
     rng = np.random.default_rng(5)
     paths, doc = [], 0
@@ -45,41 +40,56 @@ def write_corpus(directory, docs=60, files=3):
     return paths
 
 
-@dataclasses.dataclass
-class ParseFeatures(grain.MapTransform):
-    column: str
+def transforms():
+    """The pipeline's transforms, MaxText's shapes of them.
 
-    def map(self, record: bytes):
-        return {self.column: json.loads(record)[self.column]}
+    Defined inside a function: the workers of a pipeline over ArrayRecord files
+    start from the fork server, and pickle classes by value only when they
+    cannot be imported by name (pytest imports this file by path).
+    """
+
+    def token(doc: int, word: int) -> int:
+        # Unique per (document, word) so the test can account for every token.
+        return doc * 1000 + word + 1
+
+    @dataclasses.dataclass
+    class ParseFeatures(grain.MapTransform):
+        column: str
+
+        def map(self, record: bytes):
+            return {self.column: json.loads(record)[self.column]}
+
+    @dataclasses.dataclass
+    class TokenizeAndChunk(grain.experimental.FlatMapTransform):
+        """Tokenizes a document and cuts it into pieces of at most `max_len` tokens."""
+
+        column: str
+        max_len: int
+        max_fan_out: int = 8
+
+        def flat_map(self, element):
+            ids = [
+                token(int(word[1:].split("w")[0]), int(word.split("w")[1]))
+                for word in element[self.column].split()
+            ]
+            return [
+                {"inputs": np.asarray(ids[i : i + self.max_len], np.int32)}
+                for i in range(0, len(ids), self.max_len)
+            ]
+
+    class ShiftRight(grain.MapTransform):
+        """Teacher forcing: targets are the inputs, inputs shifted right by one."""
+
+        def map(self, batch):
+            inputs = batch["inputs"]
+            batch["targets"] = inputs.copy()
+            batch["inputs"] = np.pad(inputs, ((0, 0), (1, 0)))[:, :-1]
+            return batch
+
+    return ParseFeatures, TokenizeAndChunk, ShiftRight
 
 
-@dataclasses.dataclass
-class TokenizeAndChunk(grain.experimental.FlatMapTransform):
-    """Tokenizes a document and cuts it into pieces of at most `max_len` tokens."""
-
-    column: str
-    max_len: int
-    max_fan_out: int = 8
-
-    def flat_map(self, element):
-        ids = [
-            token(int(word[1:].split("w")[0]), int(word.split("w")[1]))
-            for word in element[self.column].split()
-        ]
-        return [
-            {"inputs": np.asarray(ids[i : i + self.max_len], np.int32)}
-            for i in range(0, len(ids), self.max_len)
-        ]
-
-
-class ShiftRight(grain.MapTransform):
-    """Teacher forcing: targets are the inputs, inputs shifted right by one."""
-
-    def map(self, batch):
-        inputs = batch["inputs"]
-        batch["targets"] = inputs.copy()
-        batch["inputs"] = np.pad(inputs, ((0, 0), (1, 0)))[:, :-1]
-        return batch
+ParseFeatures, TokenizeAndChunk, ShiftRight = transforms()
 
 
 def pipeline(paths, host, workers=2):

@@ -1,9 +1,9 @@
 """Existence and signatures of every public name, and the namespace listings.
 
-    sig.<namespace>.<Name>      signature (or kind) of each public name of 0.2.18
-    member.<Class>.<member>     signature of each method of the main classes
-    names.<namespace>           the public names a namespace offers (extras show up here)
-    const.<namespace>.<NAME>    the value of each constant
+sig.<namespace>.<Name>      signature (or kind) of each public name of 0.2.18
+member.<Class>.<member>     signature of each method of the main classes
+names.<namespace>           the public names a namespace offers (extras show up here)
+const.<namespace>.<NAME>    the value of each constant
 """
 
 from __future__ import annotations

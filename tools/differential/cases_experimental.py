@@ -54,23 +54,30 @@ def _():
 
 @case("exp.interleave.uneven")
 def _():
-    dss = [grain.MapDataset.range(n).map(lambda x, n=n: n * 100 + x).to_iter_dataset() for n in (1, 4, 2)]
+    dss = [
+        grain.MapDataset.range(n).map(lambda x, n=n: n * 100 + x).to_iter_dataset()
+        for n in (1, 4, 2)
+    ]
     return list(gx().InterleaveIterDataset(dss, cycle_length=2))
 
 
 @case("exp.interleave.map_dataset_of_datasets")
 def _():
-    dss = grain.MapDataset.range(3).map(lambda i: grain.MapDataset.range(i * 10, i * 10 + 2).to_iter_dataset())
+    dss = grain.MapDataset.range(3).map(
+        lambda i: grain.MapDataset.range(i * 10, i * 10 + 2).to_iter_dataset()
+    )
     return list(gx().InterleaveIterDataset(dss, cycle_length=2))
 
 
 _resume_case(
     "exp.interleave.resume",
     lambda: grain.experimental.InterleaveIterDataset(
-        [grain.MapDataset.range(i * 10, i * 10 + 4).to_iter_dataset() for i in range(3)], cycle_length=2
+        [grain.MapDataset.range(i * 10, i * 10 + 4).to_iter_dataset() for i in range(3)],
+        cycle_length=2,
     ),
     5,
 )
+
 
 # ------------------------------------------------------------------ WindowShuffle
 @case("exp.window_shuffle.map_window_perm")
@@ -87,8 +94,14 @@ def _():
     return list(gx().WindowShuffleMapDataset(grain.MapDataset.range(8), window_size=4, seed=1))
 
 
-expr("exp.window_shuffle.map_len", "len(grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(10), window_size=4, seed=1))")
-expr("exp.window_shuffle.map_window_1", "list(grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(5), window_size=1, seed=1))")
+expr(
+    "exp.window_shuffle.map_len",
+    "len(grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(10), window_size=4, seed=1))",
+)
+expr(
+    "exp.window_shuffle.map_window_1",
+    "list(grain.experimental.WindowShuffleMapDataset(grain.MapDataset.range(5), window_size=1, seed=1))",
+)
 
 
 @case("exp.window_shuffle.iter_perm")
@@ -111,13 +124,26 @@ def _():
 @case("exp.window_shuffle.iter_resume")
 def _():
     r = resume(gx().WindowShuffleIterDataset(_it(15), window_size=4, seed=3), 6)
-    return {"resumed_equal": r["resumed_equal"], "state_shape": r["state_shape"], "n": len(r["head"]) + len(r["rest"])}
+    return {
+        "resumed_equal": r["resumed_equal"],
+        "state_shape": r["state_shape"],
+        "n": len(r["head"]) + len(r["rest"]),
+    }
 
 
 # ------------------------------------------------------------------ ThreadPrefetch
-expr("exp.thread_prefetch.basic", "list(grain.experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(8).to_iter_dataset(), prefetch_buffer_size=3))")
-expr("exp.thread_prefetch.buffer_zero", "list(grain.experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(4).to_iter_dataset(), prefetch_buffer_size=0))")
-expr("exp.thread_prefetch.iterator_type", "isinstance(iter(grain.experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(4).to_iter_dataset(), prefetch_buffer_size=2)), grain.DatasetIterator)")
+expr(
+    "exp.thread_prefetch.basic",
+    "list(grain.experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(8).to_iter_dataset(), prefetch_buffer_size=3))",
+)
+expr(
+    "exp.thread_prefetch.buffer_zero",
+    "list(grain.experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(4).to_iter_dataset(), prefetch_buffer_size=0))",
+)
+expr(
+    "exp.thread_prefetch.iterator_type",
+    "isinstance(iter(grain.experimental.ThreadPrefetchIterDataset(grain.MapDataset.range(4).to_iter_dataset(), prefetch_buffer_size=2)), grain.DatasetIterator)",
+)
 
 
 @case("exp.thread_prefetch.resume")
@@ -149,20 +175,56 @@ def _():
     return list(it)
 
 
-expr("exp.multithread_prefetch.basic", "sorted(grain.experimental.multithread_prefetch(grain.MapDataset.range(10).to_iter_dataset(), num_threads=2, buffer_size=2))")
-expr("exp.multithread_prefetch.order", "list(grain.experimental.multithread_prefetch(grain.MapDataset.range(10).to_iter_dataset(), num_threads=2, buffer_size=2))")
-expr("exp.multithread_prefetch.zero_threads", "list(grain.experimental.multithread_prefetch(grain.MapDataset.range(5).to_iter_dataset(), num_threads=0, buffer_size=2))")
-expr("exp.multithread_prefetch.sequential_slice", "list(grain.experimental.multithread_prefetch(grain.MapDataset.range(10).to_iter_dataset(), num_threads=2, buffer_size=2, sequential_slice=True))")
+expr(
+    "exp.multithread_prefetch.basic",
+    "sorted(grain.experimental.multithread_prefetch(grain.MapDataset.range(10).to_iter_dataset(), num_threads=2, buffer_size=2))",
+)
+expr(
+    "exp.multithread_prefetch.order",
+    "list(grain.experimental.multithread_prefetch(grain.MapDataset.range(10).to_iter_dataset(), num_threads=2, buffer_size=2))",
+)
+expr(
+    "exp.multithread_prefetch.zero_threads",
+    "list(grain.experimental.multithread_prefetch(grain.MapDataset.range(5).to_iter_dataset(), num_threads=0, buffer_size=2))",
+)
+expr(
+    "exp.multithread_prefetch.sequential_slice",
+    "list(grain.experimental.multithread_prefetch(grain.MapDataset.range(10).to_iter_dataset(), num_threads=2, buffer_size=2, sequential_slice=True))",
+)
 
 # ------------------------------------------------------------------ Zip
-expr("exp.zip.map", "list(grain.experimental.ZipMapDataset([grain.MapDataset.range(3), grain.MapDataset.range(10, 13)]))")
-expr("exp.zip.map_len_unequal", "len(grain.experimental.ZipMapDataset([grain.MapDataset.range(3), grain.MapDataset.range(10, 15)]))")
-expr("exp.zip.map_three", "grain.experimental.ZipMapDataset([grain.MapDataset.range(3), grain.MapDataset.range(3), grain.MapDataset.range(3)])[1]")
-expr("exp.zip.iter", "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset.range(10, 13).to_iter_dataset()]))")
-expr("exp.zip.iter_strict_unequal", "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset.range(10, 15).to_iter_dataset()]))")
-expr("exp.zip.iter_strict_unequal_other_side", "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(5).to_iter_dataset(), grain.MapDataset.range(10, 13).to_iter_dataset()]))")
-expr("exp.zip.iter_not_strict_unequal", "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset.range(10, 15).to_iter_dataset()], strict=False))")
-expr("exp.zip.iter_single", "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(2).to_iter_dataset()]))")
+expr(
+    "exp.zip.map",
+    "list(grain.experimental.ZipMapDataset([grain.MapDataset.range(3), grain.MapDataset.range(10, 13)]))",
+)
+expr(
+    "exp.zip.map_len_unequal",
+    "len(grain.experimental.ZipMapDataset([grain.MapDataset.range(3), grain.MapDataset.range(10, 15)]))",
+)
+expr(
+    "exp.zip.map_three",
+    "grain.experimental.ZipMapDataset([grain.MapDataset.range(3), grain.MapDataset.range(3), grain.MapDataset.range(3)])[1]",
+)
+expr(
+    "exp.zip.iter",
+    "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset.range(10, 13).to_iter_dataset()]))",
+)
+expr(
+    "exp.zip.iter_strict_unequal",
+    "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset.range(10, 15).to_iter_dataset()]))",
+)
+expr(
+    "exp.zip.iter_strict_unequal_other_side",
+    "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(5).to_iter_dataset(), grain.MapDataset.range(10, 13).to_iter_dataset()]))",
+)
+expr(
+    "exp.zip.iter_not_strict_unequal",
+    "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset.range(10, 15).to_iter_dataset()], strict=False))",
+)
+expr(
+    "exp.zip.iter_single",
+    "list(grain.experimental.ZipIterDataset([grain.MapDataset.range(2).to_iter_dataset()]))",
+)
 expr("exp.zip.map_single", "list(grain.experimental.ZipMapDataset([grain.MapDataset.range(2)]))")
 
 
@@ -178,7 +240,16 @@ def _():
         return {"got": got, "third": "StopIteration"}
 
 
-_resume_case("exp.zip.iter_resume", lambda: grain.experimental.ZipIterDataset([grain.MapDataset.range(6).to_iter_dataset(), grain.MapDataset.range(10, 16).to_iter_dataset()]), 2)
+_resume_case(
+    "exp.zip.iter_resume",
+    lambda: grain.experimental.ZipIterDataset(
+        [
+            grain.MapDataset.range(6).to_iter_dataset(),
+            grain.MapDataset.range(10, 16).to_iter_dataset(),
+        ]
+    ),
+    2,
+)
 
 # ------------------------------------------------------------------ FlatMap
 
@@ -258,16 +329,53 @@ def _():
 
 
 # ------------------------------------------------------------------ Limit / Repeat / Rebatch
-expr("exp.limit.basic", "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(10).to_iter_dataset(), count=3))")
-expr("exp.limit.more_than_data", "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(3).to_iter_dataset(), count=10))")
-expr("exp.limit.positional", "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(10).to_iter_dataset(), 2))")
-expr("exp.limit.infinite", "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(3).repeat().to_iter_dataset(), count=7))")
-_resume_case("exp.limit.resume", lambda: grain.experimental.LimitIterDataset(grain.MapDataset.range(10).to_iter_dataset(), count=5), 2)
-expr("exp.repeat.two", "list(grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset(), num_epochs=2))")
-expr("exp.repeat.infinite", "first(grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset()), 8)")
-expr("exp.repeat.one", "list(grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset(), num_epochs=1))")
-expr("exp.repeat.empty_infinite", "first(grain.experimental.RepeatIterDataset(grain.MapDataset.range(0).to_iter_dataset()), 3)", timeout=10)
-_resume_case("exp.repeat.resume", lambda: grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset(), num_epochs=3), 4)
+expr(
+    "exp.limit.basic",
+    "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(10).to_iter_dataset(), count=3))",
+)
+expr(
+    "exp.limit.more_than_data",
+    "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(3).to_iter_dataset(), count=10))",
+)
+expr(
+    "exp.limit.positional",
+    "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(10).to_iter_dataset(), 2))",
+)
+expr(
+    "exp.limit.infinite",
+    "list(grain.experimental.LimitIterDataset(grain.MapDataset.range(3).repeat().to_iter_dataset(), count=7))",
+)
+_resume_case(
+    "exp.limit.resume",
+    lambda: grain.experimental.LimitIterDataset(
+        grain.MapDataset.range(10).to_iter_dataset(), count=5
+    ),
+    2,
+)
+expr(
+    "exp.repeat.two",
+    "list(grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset(), num_epochs=2))",
+)
+expr(
+    "exp.repeat.infinite",
+    "first(grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset()), 8)",
+)
+expr(
+    "exp.repeat.one",
+    "list(grain.experimental.RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset(), num_epochs=1))",
+)
+expr(
+    "exp.repeat.empty_infinite",
+    "first(grain.experimental.RepeatIterDataset(grain.MapDataset.range(0).to_iter_dataset()), 3)",
+    timeout=10,
+)
+_resume_case(
+    "exp.repeat.resume",
+    lambda: grain.experimental.RepeatIterDataset(
+        grain.MapDataset.range(3).to_iter_dataset(), num_epochs=3
+    ),
+    4,
+)
 
 
 @case("exp.repeat.state_shape")
@@ -304,7 +412,11 @@ def _():
 # ------------------------------------------------------------------ packing
 def _ff(lengths: list[int], seq_len: int, bins: int, **kw: Any) -> Any:
     return gx().FirstFitPackIterDataset(
-        _seqs(lengths), length_struct={"tokens": seq_len}, num_packing_bins=bins, shuffle_bins=False, **kw
+        _seqs(lengths),
+        length_struct={"tokens": seq_len},
+        num_packing_bins=bins,
+        shuffle_bins=False,
+        **kw,
     )
 
 
@@ -341,13 +453,17 @@ def _():
 
 @case("exp.pack.first_fit.shuffle_bins_default", shuffled=True)
 def _():
-    ds = gx().FirstFitPackIterDataset(_seqs([3, 2, 4, 1, 2]), length_struct={"tokens": 5}, num_packing_bins=3)
+    ds = gx().FirstFitPackIterDataset(
+        _seqs([3, 2, 4, 1, 2]), length_struct={"tokens": 5}, num_packing_bins=3
+    )
     return [el["tokens"].tolist() for el in ds]
 
 
 @case("exp.pack.first_fit.meta_features")
 def _():
-    els = [{"tokens": np.arange(n, dtype=np.int32), "id": np.int32(i)} for i, n in enumerate([2, 3])]
+    els = [
+        {"tokens": np.arange(n, dtype=np.int32), "id": np.int32(i)} for i, n in enumerate([2, 3])
+    ]
     ds = gx().FirstFitPackIterDataset(
         grain.MapDataset.source(els).to_iter_dataset(),
         length_struct={"tokens": 6, "id": 2},
@@ -397,7 +513,10 @@ def _():
 @case("exp.pack.best_fit.resume")
 def _():
     ds = gx().BestFitPackIterDataset(
-        _seqs([3, 2, 4, 1, 2, 3]), length_struct={"tokens": 5}, num_packing_bins=2, shuffle_bins=False
+        _seqs([3, 2, 4, 1, 2, 3]),
+        length_struct={"tokens": 5},
+        num_packing_bins=2,
+        shuffle_bins=False,
     )
     return resume(ds, 1)
 
@@ -430,7 +549,9 @@ def _():
 
 @case("exp.pack.concat_then_split.resume")
 def _():
-    return resume(gx().ConcatThenSplitIterDataset(_seqs([3, 4, 2, 5]), length_struct={"tokens": 4}), 2)
+    return resume(
+        gx().ConcatThenSplitIterDataset(_seqs([3, 4, 2, 5]), length_struct={"tokens": 4}), 2
+    )
 
 
 @case("exp.pack.concat_then_split.scalar_feature")
@@ -456,10 +577,19 @@ def _():
 
 # ------------------------------------------------------------------ batch_and_pad
 expr("exp.batch_and_pad.basic", "grain.experimental.batch_and_pad([1, 2], batch_size=4)")
-expr("exp.batch_and_pad.pad_value", "grain.experimental.batch_and_pad([1, 2], batch_size=3, pad_value=-1)")
+expr(
+    "exp.batch_and_pad.pad_value",
+    "grain.experimental.batch_and_pad([1, 2], batch_size=3, pad_value=-1)",
+)
 expr("exp.batch_and_pad.full", "grain.experimental.batch_and_pad([1, 2, 3], batch_size=3)")
-expr("exp.batch_and_pad.types", "types_of(grain.experimental.batch_and_pad([np.ones(2, np.float32)], batch_size=2))")
-expr("exp.batch_and_pad.dict", "grain.experimental.batch_and_pad([{'a': 1, 'b': np.array([1, 2])}], batch_size=2)")
+expr(
+    "exp.batch_and_pad.types",
+    "types_of(grain.experimental.batch_and_pad([np.ones(2, np.float32)], batch_size=2))",
+)
+expr(
+    "exp.batch_and_pad.dict",
+    "grain.experimental.batch_and_pad([{'a': 1, 'b': np.array([1, 2])}], batch_size=2)",
+)
 expr("exp.batch_and_pad.too_many", "grain.experimental.batch_and_pad([1, 2, 3], batch_size=2)")
 expr("exp.batch_and_pad.empty", "grain.experimental.batch_and_pad([], batch_size=2)")
 
@@ -471,7 +601,10 @@ def _():
 
 
 # ------------------------------------------------------------------ Cache
-expr("exp.cache.basic", "list(grain.experimental.CacheIterDataset(grain.MapDataset.range(5).to_iter_dataset()))")
+expr(
+    "exp.cache.basic",
+    "list(grain.experimental.CacheIterDataset(grain.MapDataset.range(5).to_iter_dataset()))",
+)
 
 
 @case("exp.cache.second_pass_cached")
@@ -558,7 +691,11 @@ def _():
 @case("exp.element_spec.range")
 def _():
     spec = gx().get_element_spec(grain.MapDataset.range(4))
-    return {"type": type(spec).__name__, "shape": list(spec.shape), "dtype": str(np.dtype(spec.dtype))}
+    return {
+        "type": type(spec).__name__,
+        "shape": list(spec.shape),
+        "dtype": str(np.dtype(spec.dtype)),
+    }
 
 
 @case("exp.element_spec.range_batch_iter")
@@ -570,7 +707,11 @@ def _():
 @case("exp.element_spec.map_int")
 def _():
     spec = gx().get_element_spec(grain.MapDataset.source(np.arange(4, dtype=np.int32)))
-    return {"type": type(spec).__name__, "shape": list(spec.shape), "dtype": str(np.dtype(spec.dtype))}
+    return {
+        "type": type(spec).__name__,
+        "shape": list(spec.shape),
+        "dtype": str(np.dtype(spec.dtype)),
+    }
 
 
 @case("exp.element_spec.after_batch")
@@ -597,7 +738,11 @@ def _():
 @case("exp.shape_dtype_struct")
 def _():
     s = gx().ShapeDtypeStruct(shape=(2, 3), dtype=np.int32)
-    return {"shape": list(s.shape), "dtype": str(np.dtype(s.dtype)), "eq": s == gx().ShapeDtypeStruct((2, 3), np.int32)}
+    return {
+        "shape": list(s.shape),
+        "dtype": str(np.dtype(s.dtype)),
+        "eq": s == gx().ShapeDtypeStruct((2, 3), np.int32),
+    }
 
 
 # ------------------------------------------------------------------ performance config
@@ -694,6 +839,7 @@ def _():
 
 expr("exp.enums.bos", "[m.name for m in grain.experimental.BOSHandling]")
 expr("exp.enums.execution_tracking", "[m.name for m in grain.experimental.ExecutionTrackingMode]")
+
 
 # ------------------------------------------------------------------ misc
 @case("exp.assert_equal_output_after_checkpoint.ok", timeout=30)

@@ -43,7 +43,9 @@ def resume(ds: Any, k: int, limit: int = 200, mode: str = "exact") -> dict[str, 
     it2 = iter(ds)
     it2.set_state(st)
     rest2 = list(itertools.islice(it2, limit))
-    same = len(rest) == len(rest2) and all(deep_equal(a, b) for a, b in zip(rest, rest2, strict=False))
+    same = len(rest) == len(rest2) and all(
+        deep_equal(a, b) for a, b in zip(rest, rest2, strict=False)
+    )
     out: dict[str, Any] = {"resumed_equal": same, "state_shape": state_shape(st)}
     if mode == "exact":
         out.update(head=head, rest=rest)
@@ -57,22 +59,57 @@ def resume(ds: Any, k: int, limit: int = 200, mode: str = "exact") -> dict[str, 
 # ------------------------------------------------------------------ basics
 expr("iter.list", "list(grain.MapDataset.range(5).to_iter_dataset())")
 expr("iter.map", "list(grain.MapDataset.range(5).to_iter_dataset().map(lambda x: x + 10))")
-expr("iter.filter", "list(grain.MapDataset.range(5).to_iter_dataset().filter(lambda x: x % 2 == 0))")
-expr("iter.map_with_index", "list(grain.MapDataset.range(10, 15).to_iter_dataset().map_with_index(lambda i, x: (i, x)))")
-expr("iter.map_with_index_after_filter", "list(grain.MapDataset.range(10).to_iter_dataset().filter(lambda x: x % 3 == 0).map_with_index(lambda i, x: (i, x)))")
+expr(
+    "iter.filter", "list(grain.MapDataset.range(5).to_iter_dataset().filter(lambda x: x % 2 == 0))"
+)
+expr(
+    "iter.map_with_index",
+    "list(grain.MapDataset.range(10, 15).to_iter_dataset().map_with_index(lambda i, x: (i, x)))",
+)
+expr(
+    "iter.map_with_index_after_filter",
+    "list(grain.MapDataset.range(10).to_iter_dataset().filter(lambda x: x % 3 == 0).map_with_index(lambda i, x: (i, x)))",
+)
 expr("iter.batch", "[b.tolist() for b in grain.MapDataset.range(5).to_iter_dataset().batch(2)]")
 expr("iter.batch_types", "types_of(list(grain.MapDataset.range(5).to_iter_dataset().batch(2)))")
-expr("iter.batch_drop_remainder", "[b.tolist() for b in grain.MapDataset.range(5).to_iter_dataset().batch(2, drop_remainder=True)]")
-expr("iter.batch_fn", "list(grain.MapDataset.range(5).to_iter_dataset().batch(2, batch_fn=lambda xs: list(xs)))")
-expr("iter.batch_after_filter", "[b.tolist() for b in grain.MapDataset.range(10).to_iter_dataset().filter(lambda x: x % 2 == 0).batch(2)]")
-expr("iter.batch_larger_than_data", "[b.tolist() for b in grain.MapDataset.range(3).to_iter_dataset().batch(10)]")
-expr("iter.batch_larger_than_data_drop", "list(grain.MapDataset.range(3).to_iter_dataset().batch(10, drop_remainder=True))")
+expr(
+    "iter.batch_drop_remainder",
+    "[b.tolist() for b in grain.MapDataset.range(5).to_iter_dataset().batch(2, drop_remainder=True)]",
+)
+expr(
+    "iter.batch_fn",
+    "list(grain.MapDataset.range(5).to_iter_dataset().batch(2, batch_fn=lambda xs: list(xs)))",
+)
+expr(
+    "iter.batch_after_filter",
+    "[b.tolist() for b in grain.MapDataset.range(10).to_iter_dataset().filter(lambda x: x % 2 == 0).batch(2)]",
+)
+expr(
+    "iter.batch_larger_than_data",
+    "[b.tolist() for b in grain.MapDataset.range(3).to_iter_dataset().batch(10)]",
+)
+expr(
+    "iter.batch_larger_than_data_drop",
+    "list(grain.MapDataset.range(3).to_iter_dataset().batch(10, drop_remainder=True))",
+)
 expr("iter.batch_empty_input", "list(grain.MapDataset.range(0).to_iter_dataset().batch(2))")
-expr("iter.isinstance", "[isinstance(grain.MapDataset.range(3).to_iter_dataset(), grain.IterDataset), isinstance(grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset)]")
-expr("iter.pipe", "list(grain.MapDataset.range(4).to_iter_dataset().pipe(lambda ds, k: ds.map(lambda x: x * k), k=5))")
+expr(
+    "iter.isinstance",
+    "[isinstance(grain.MapDataset.range(3).to_iter_dataset(), grain.IterDataset), isinstance(grain.MapDataset.range(3).to_iter_dataset(), grain.MapDataset)]",
+)
+expr(
+    "iter.pipe",
+    "list(grain.MapDataset.range(4).to_iter_dataset().pipe(lambda ds, k: ds.map(lambda x: x * k), k=5))",
+)
 expr("iter.parents", "len(grain.MapDataset.range(4).to_iter_dataset().map(str).parents)")
-expr("iter.map_returns_none_kept", "list(grain.MapDataset.range(4).to_iter_dataset().map(lambda x: None if x == 1 else x))")
-expr("iter.has_no_shuffle", "[hasattr(grain.MapDataset.range(3).to_iter_dataset(), m) for m in ('shuffle', 'slice', 'repeat', '__len__', '__getitem__')]")
+expr(
+    "iter.map_returns_none_kept",
+    "list(grain.MapDataset.range(4).to_iter_dataset().map(lambda x: None if x == 1 else x))",
+)
+expr(
+    "iter.has_no_shuffle",
+    "[hasattr(grain.MapDataset.range(3).to_iter_dataset(), m) for m in ('shuffle', 'slice', 'repeat', '__len__', '__getitem__')]",
+)
 
 
 @case("iter.batch_dicts")
@@ -107,7 +144,12 @@ def _():
 
 @case("iter.random_map_seeded_by_ds_seed")
 def _():
-    ds = grain.MapDataset.range(8).to_iter_dataset().seed(2).random_map(lambda x, r: float(r.random()))
+    ds = (
+        grain.MapDataset.range(8)
+        .to_iter_dataset()
+        .seed(2)
+        .random_map(lambda x, r: float(r.random()))
+    )
     return list(ds) == list(ds)
 
 
@@ -153,7 +195,9 @@ def _():
         def map(self, x):
             return x + 1
 
-    return [b.tolist() for b in _it(5).apply([Plus(), grain.transforms.Batch(2, drop_remainder=True)])]
+    return [
+        b.tolist() for b in _it(5).apply([Plus(), grain.transforms.Batch(2, drop_remainder=True)])
+    ]
 
 
 @case("iter.filter_warns_threshold", isolated=True)
@@ -169,13 +213,33 @@ def _():
 
 
 # ------------------------------------------------------------------ mix
-expr("iter.mix.uniform", "list(grain.IterDataset.mix([grain.MapDataset.range(5).to_iter_dataset(), grain.MapDataset.range(7, 10).to_iter_dataset()]))")
-expr("iter.mix.weights", "list(grain.IterDataset.mix([grain.MapDataset.range(10).to_iter_dataset(), grain.MapDataset.range(100, 110).to_iter_dataset()], weights=[3, 1]))")
-expr("iter.mix.single", "list(grain.IterDataset.mix([grain.MapDataset.range(3).to_iter_dataset()]))")
-expr("iter.mix.map_datasets", "list(grain.IterDataset.mix([grain.MapDataset.range(3), grain.MapDataset.range(10, 13)]))")
-expr("iter.mix.mapping", "list(grain.IterDataset.mix({'a': grain.MapDataset.range(3).to_iter_dataset(), 'b': grain.MapDataset.range(10, 13).to_iter_dataset()}, weights={'a': 1.0, 'b': 1.0}))")
-expr("iter.mix.mapping_no_weights", "list(grain.IterDataset.mix({'a': grain.MapDataset.range(3).to_iter_dataset(), 'b': grain.MapDataset.range(10, 13).to_iter_dataset()}))")
-expr("iter.mix.filtered_component", "list(grain.IterDataset.mix([grain.MapDataset.range(20).to_iter_dataset().filter(lambda x: x % 5 == 0), grain.MapDataset.range(100, 104).to_iter_dataset()]))")
+expr(
+    "iter.mix.uniform",
+    "list(grain.IterDataset.mix([grain.MapDataset.range(5).to_iter_dataset(), grain.MapDataset.range(7, 10).to_iter_dataset()]))",
+)
+expr(
+    "iter.mix.weights",
+    "list(grain.IterDataset.mix([grain.MapDataset.range(10).to_iter_dataset(), grain.MapDataset.range(100, 110).to_iter_dataset()], weights=[3, 1]))",
+)
+expr(
+    "iter.mix.single", "list(grain.IterDataset.mix([grain.MapDataset.range(3).to_iter_dataset()]))"
+)
+expr(
+    "iter.mix.map_datasets",
+    "list(grain.IterDataset.mix([grain.MapDataset.range(3), grain.MapDataset.range(10, 13)]))",
+)
+expr(
+    "iter.mix.mapping",
+    "list(grain.IterDataset.mix({'a': grain.MapDataset.range(3).to_iter_dataset(), 'b': grain.MapDataset.range(10, 13).to_iter_dataset()}, weights={'a': 1.0, 'b': 1.0}))",
+)
+expr(
+    "iter.mix.mapping_no_weights",
+    "list(grain.IterDataset.mix({'a': grain.MapDataset.range(3).to_iter_dataset(), 'b': grain.MapDataset.range(10, 13).to_iter_dataset()}))",
+)
+expr(
+    "iter.mix.filtered_component",
+    "list(grain.IterDataset.mix([grain.MapDataset.range(20).to_iter_dataset().filter(lambda x: x % 5 == 0), grain.MapDataset.range(100, 104).to_iter_dataset()]))",
+)
 
 
 @case("iter.mix.resume")
@@ -376,17 +440,74 @@ def _resume_case(name: str, build: Any, k: int, limit: int = 200, mode: str = "e
 _resume_case("state.resume.to_iter", lambda: _it(10), 3)
 _resume_case("state.resume.to_iter_at_start", lambda: _it(10), 0)
 _resume_case("state.resume.to_iter_at_end", lambda: _it(5), 5)
-_resume_case("state.resume.shuffle", lambda: grain.MapDataset.range(20).shuffle(seed=5).to_iter_dataset(), 7, mode="sorted")
-_resume_case("state.resume.filter", lambda: grain.MapDataset.range(20).to_iter_dataset().filter(lambda x: x % 3 == 0), 2)
-_resume_case("state.resume.map_filter", lambda: grain.MapDataset.range(20).filter(lambda x: x % 3 == 0).to_iter_dataset(), 2)
+_resume_case(
+    "state.resume.shuffle",
+    lambda: grain.MapDataset.range(20).shuffle(seed=5).to_iter_dataset(),
+    7,
+    mode="sorted",
+)
+_resume_case(
+    "state.resume.filter",
+    lambda: grain.MapDataset.range(20).to_iter_dataset().filter(lambda x: x % 3 == 0),
+    2,
+)
+_resume_case(
+    "state.resume.map_filter",
+    lambda: grain.MapDataset.range(20).filter(lambda x: x % 3 == 0).to_iter_dataset(),
+    2,
+)
 _resume_case("state.resume.batch", lambda: grain.MapDataset.range(11).to_iter_dataset().batch(3), 2)
-_resume_case("state.resume.map_batch", lambda: grain.MapDataset.range(11).batch(3).to_iter_dataset(), 2)
-_resume_case("state.resume.random_map", lambda: grain.MapDataset.range(10).to_iter_dataset().random_map(lambda x, r: int(r.integers(0, 1000)), seed=1), 4, mode="none")
-_resume_case("state.resume.map_random_map", lambda: grain.MapDataset.range(10).random_map(lambda x, r: int(r.integers(0, 1000)), seed=1).to_iter_dataset(), 4, mode="none")
-_resume_case("state.resume.repeat_across_epoch", lambda: grain.MapDataset.range(4).shuffle(seed=2).repeat(3).to_iter_dataset(), 6, mode="sorted")
-_resume_case("state.resume.map_with_index", lambda: grain.MapDataset.range(8).to_iter_dataset().map_with_index(lambda i, x: i * 100 + x), 3)
-_resume_case("state.resume.mix_map", lambda: grain.MapDataset.mix([grain.MapDataset.range(5), grain.MapDataset.range(10, 15)], weights=[1, 2]).to_iter_dataset(), 4, mode="none")
-_resume_case("state.resume.read_options_threads", lambda: grain.MapDataset.range(30).map(lambda x: x * 2).to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=8)), 9)
+_resume_case(
+    "state.resume.map_batch", lambda: grain.MapDataset.range(11).batch(3).to_iter_dataset(), 2
+)
+_resume_case(
+    "state.resume.random_map",
+    lambda: (
+        grain.MapDataset.range(10)
+        .to_iter_dataset()
+        .random_map(lambda x, r: int(r.integers(0, 1000)), seed=1)
+    ),
+    4,
+    mode="none",
+)
+_resume_case(
+    "state.resume.map_random_map",
+    lambda: (
+        grain.MapDataset.range(10)
+        .random_map(lambda x, r: int(r.integers(0, 1000)), seed=1)
+        .to_iter_dataset()
+    ),
+    4,
+    mode="none",
+)
+_resume_case(
+    "state.resume.repeat_across_epoch",
+    lambda: grain.MapDataset.range(4).shuffle(seed=2).repeat(3).to_iter_dataset(),
+    6,
+    mode="sorted",
+)
+_resume_case(
+    "state.resume.map_with_index",
+    lambda: grain.MapDataset.range(8).to_iter_dataset().map_with_index(lambda i, x: i * 100 + x),
+    3,
+)
+_resume_case(
+    "state.resume.mix_map",
+    lambda: grain.MapDataset.mix(
+        [grain.MapDataset.range(5), grain.MapDataset.range(10, 15)], weights=[1, 2]
+    ).to_iter_dataset(),
+    4,
+    mode="none",
+)
+_resume_case(
+    "state.resume.read_options_threads",
+    lambda: (
+        grain.MapDataset.range(30)
+        .map(lambda x: x * 2)
+        .to_iter_dataset(grain.ReadOptions(num_threads=4, prefetch_buffer_size=8))
+    ),
+    9,
+)
 
 
 @case("state.set_state_then_get_state")
@@ -488,7 +609,11 @@ def _():
 
 
 # ------------------------------------------------------------------ mp_prefetch / prefetch
-expr("iter.mp_prefetch.zero_workers", "list(grain.MapDataset.range(6).to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=0)))", timeout=30)
+expr(
+    "iter.mp_prefetch.zero_workers",
+    "list(grain.MapDataset.range(6).to_iter_dataset().mp_prefetch(grain.MultiprocessingOptions(num_workers=0)))",
+    timeout=30,
+)
 
 
 @case("iter.mp_prefetch.one_worker", timeout=60)

@@ -34,9 +34,17 @@ def _decode_state(st: Any) -> Any:
 
 
 # ------------------------------------------------------------------ DataLoader
-expr("dl.basic", "list(pg.DataLoader(data_source=list(range(5)), sampler=sampler(5, num_epochs=1), worker_count=0))", timeout=20)
+expr(
+    "dl.basic",
+    "list(pg.DataLoader(data_source=list(range(5)), sampler=sampler(5, num_epochs=1), worker_count=0))",
+    timeout=20,
+)
 expr("dl.pg_alias", "grain.DataLoader is pg.DataLoader")
-expr("dl.range_source", "list(pg.DataLoader(data_source=grain.sources.RangeDataSource(0, 10, 3), sampler=sampler(4, num_epochs=1), worker_count=0))", timeout=20)
+expr(
+    "dl.range_source",
+    "list(pg.DataLoader(data_source=grain.sources.RangeDataSource(0, 10, 3), sampler=sampler(4, num_epochs=1), worker_count=0))",
+    timeout=20,
+)
 
 
 @case("dl.operations.map_filter_batch", timeout=20)
@@ -356,12 +364,37 @@ def _():
 
 # ------------------------------------------------------------------ grain.load
 expr("load.basic", "list(grain.load(list(range(5)), num_epochs=1))", timeout=20)
-expr("load.batch", "[b.tolist() for b in grain.load(list(range(5)), num_epochs=1, batch_size=2)]", timeout=20)
-expr("load.batch_drop", "[b.tolist() for b in grain.load(list(range(5)), num_epochs=1, batch_size=2, drop_remainder=True)]", timeout=20)
-expr("load.shuffle_sorted", "sorted(grain.load(list(range(8)), num_epochs=1, shuffle=True, seed=3))", timeout=20)
-expr("load.shuffle", "list(grain.load(list(range(8)), num_epochs=1, shuffle=True, seed=3))", timeout=20, shuffled=True)
-expr("load.shard", "list(grain.load(list(range(10)), num_epochs=1, shard_options=grain.sharding.ShardOptions(1, 2)))", timeout=20)
-expr("load.returns_dataloader", "isinstance(grain.load(list(range(3)), num_epochs=1), grain.DataLoader)", timeout=20)
+expr(
+    "load.batch",
+    "[b.tolist() for b in grain.load(list(range(5)), num_epochs=1, batch_size=2)]",
+    timeout=20,
+)
+expr(
+    "load.batch_drop",
+    "[b.tolist() for b in grain.load(list(range(5)), num_epochs=1, batch_size=2, drop_remainder=True)]",
+    timeout=20,
+)
+expr(
+    "load.shuffle_sorted",
+    "sorted(grain.load(list(range(8)), num_epochs=1, shuffle=True, seed=3))",
+    timeout=20,
+)
+expr(
+    "load.shuffle",
+    "list(grain.load(list(range(8)), num_epochs=1, shuffle=True, seed=3))",
+    timeout=20,
+    shuffled=True,
+)
+expr(
+    "load.shard",
+    "list(grain.load(list(range(10)), num_epochs=1, shard_options=grain.sharding.ShardOptions(1, 2)))",
+    timeout=20,
+)
+expr(
+    "load.returns_dataloader",
+    "isinstance(grain.load(list(range(3)), num_epochs=1), grain.DataLoader)",
+    timeout=20,
+)
 expr("load.infinite", "first(grain.load(list(range(3))), 7)", timeout=20)
 expr("load.pg_alias", "grain.load is pg.load")
 
@@ -377,7 +410,9 @@ def _():
 
 @case("load.read_options", timeout=20)
 def _():
-    return list(grain.load(list(range(3)), num_epochs=1, read_options=grain.ReadOptions(num_threads=1)))
+    return list(
+        grain.load(list(range(3)), num_epochs=1, read_options=grain.ReadOptions(num_threads=1))
+    )
 
 
 # ------------------------------------------------------------------ samplers
@@ -424,7 +459,11 @@ def _():
 @case("smp.index.rng_with_seed")
 def _():
     s = sampler(4, num_epochs=1, seed=3)
-    return {"type": type(s[0].rng).__name__, "same": int(s[0].rng.integers(0, 10**9)) == int(sampler(4, num_epochs=1, seed=3)[0].rng.integers(0, 10**9))}
+    return {
+        "type": type(s[0].rng).__name__,
+        "same": int(s[0].rng.integers(0, 10**9))
+        == int(sampler(4, num_epochs=1, seed=3)[0].rng.integers(0, 10**9)),
+    }
 
 
 @case("smp.index.sharded")
@@ -467,7 +506,10 @@ def _():
 @case("smp.index.repr_fields")
 def _():
     s = sampler(7, shuffle=True, seed=3, num_epochs=2)
-    return {k: getattr(s, k, "<absent>") for k in ("num_records", "shuffle", "seed", "num_epochs", "shard_options")}
+    return {
+        k: getattr(s, k, "<absent>")
+        for k in ("num_records", "shuffle", "seed", "num_epochs", "shard_options")
+    }
 
 
 @case("smp.index.pickle")
@@ -480,25 +522,56 @@ def _():
 
 
 expr("smp.sequential.len", "len(grain.samplers.SequentialSampler(5))")
-expr("smp.sequential.items", "[grain.samplers.SequentialSampler(5)[i].record_key for i in range(5)]")
+expr(
+    "smp.sequential.items", "[grain.samplers.SequentialSampler(5)[i].record_key for i in range(5)]"
+)
 expr("smp.sequential.past_end", "grain.samplers.SequentialSampler(3)[3]")
-expr("smp.sequential.sharded", "[m.record_key for m in (grain.samplers.SequentialSampler(10, shard_options=grain.sharding.ShardOptions(1, 3))[i] for i in range(len(grain.samplers.SequentialSampler(10, shard_options=grain.sharding.ShardOptions(1, 3)))))]")
+expr(
+    "smp.sequential.sharded",
+    "[m.record_key for m in (grain.samplers.SequentialSampler(10, shard_options=grain.sharding.ShardOptions(1, 3))[i] for i in range(len(grain.samplers.SequentialSampler(10, shard_options=grain.sharding.ShardOptions(1, 3)))))]",
+)
 expr("smp.sequential.seed_rng", "type(grain.samplers.SequentialSampler(3, seed=1)[0].rng).__name__")
-expr("smp.sequential.in_dataloader", "list(pg.DataLoader(data_source=list('abc'), sampler=grain.samplers.SequentialSampler(3), worker_count=0))", timeout=20)
-expr("smp.sampler_protocol", "[isinstance(sampler(3), grain.samplers.Sampler), isinstance(grain.samplers.SequentialSampler(3), grain.samplers.Sampler)]")
+expr(
+    "smp.sequential.in_dataloader",
+    "list(pg.DataLoader(data_source=list('abc'), sampler=grain.samplers.SequentialSampler(3), worker_count=0))",
+    timeout=20,
+)
+expr(
+    "smp.sampler_protocol",
+    "[isinstance(sampler(3), grain.samplers.Sampler), isinstance(grain.samplers.SequentialSampler(3), grain.samplers.Sampler)]",
+)
 
 # ------------------------------------------------------------------ sharding
 expr("shard.options.fields", "grain.sharding.ShardOptions(1, 4)")
-expr("shard.options.kw", "grain.sharding.ShardOptions(shard_index=0, shard_count=2, drop_remainder=True)")
+expr(
+    "shard.options.kw",
+    "grain.sharding.ShardOptions(shard_index=0, shard_count=2, drop_remainder=True)",
+)
 expr("shard.options.eq", "grain.sharding.ShardOptions(0, 2) == grain.sharding.ShardOptions(0, 2)")
-expr("shard.options.hashable", "hash(grain.sharding.ShardOptions(0, 2)) == hash(grain.sharding.ShardOptions(0, 2))")
-expr("shard.options.frozen", "outcome(lambda: setattr(grain.sharding.ShardOptions(0, 2), 'shard_index', 1))")
+expr(
+    "shard.options.hashable",
+    "hash(grain.sharding.ShardOptions(0, 2)) == hash(grain.sharding.ShardOptions(0, 2))",
+)
+expr(
+    "shard.options.frozen",
+    "outcome(lambda: setattr(grain.sharding.ShardOptions(0, 2), 'shard_index', 1))",
+)
 expr("shard.no_sharding", "grain.sharding.NoSharding()")
-expr("shard.no_sharding_is_shard_options", "isinstance(grain.sharding.NoSharding(), grain.sharding.ShardOptions)")
+expr(
+    "shard.no_sharding_is_shard_options",
+    "isinstance(grain.sharding.NoSharding(), grain.sharding.ShardOptions)",
+)
 expr("shard.no_sharding_eq", "grain.sharding.NoSharding() == grain.sharding.ShardOptions(0, 1)")
 expr("shard.by_jax_process", "grain.sharding.ShardByJaxProcess()", timeout=30)
-expr("shard.by_jax_process_drop", "grain.sharding.ShardByJaxProcess(drop_remainder=True).drop_remainder", timeout=30)
-expr("shard.pg_aliases", "[pg.ShardOptions is grain.sharding.ShardOptions, pg.NoSharding is grain.sharding.NoSharding, pg.ShardByJaxProcess is grain.sharding.ShardByJaxProcess]")
+expr(
+    "shard.by_jax_process_drop",
+    "grain.sharding.ShardByJaxProcess(drop_remainder=True).drop_remainder",
+    timeout=30,
+)
+expr(
+    "shard.pg_aliases",
+    "[pg.ShardOptions is grain.sharding.ShardOptions, pg.NoSharding is grain.sharding.NoSharding, pg.ShardByJaxProcess is grain.sharding.ShardByJaxProcess]",
+)
 
 
 @case("shard.map_dataset_slice_pattern")
@@ -509,11 +582,26 @@ def _():
 
 
 # ------------------------------------------------------------------ operations as objects
-expr("ops.batch_operation_fields", "[pg.BatchOperation(batch_size=3).batch_size, pg.BatchOperation(batch_size=3).drop_remainder]")
-expr("ops.map_operation_call", "[r.data for r in pg.MapOperation(lambda x: x + 1)(iter([pg.Record(pg.RecordMetadata(0, 0), 1), pg.Record(pg.RecordMetadata(1, 1), 5)]))]")
-expr("ops.filter_operation_call", "[r.data for r in pg.FilterOperation(lambda x: x > 2)(iter([pg.Record(pg.RecordMetadata(i, i), i) for i in range(5)]))]")
-expr("ops.batch_operation_call", "[r.data.tolist() for r in pg.BatchOperation(batch_size=2)(iter([pg.Record(pg.RecordMetadata(i, i), i) for i in range(5)]))]")
-expr("ops.batch_operation_call_metadata", "[[r.metadata.index, r.metadata.record_key] for r in pg.BatchOperation(batch_size=2)(iter([pg.Record(pg.RecordMetadata(i, i * 10), i) for i in range(5)]))]")
+expr(
+    "ops.batch_operation_fields",
+    "[pg.BatchOperation(batch_size=3).batch_size, pg.BatchOperation(batch_size=3).drop_remainder]",
+)
+expr(
+    "ops.map_operation_call",
+    "[r.data for r in pg.MapOperation(lambda x: x + 1)(iter([pg.Record(pg.RecordMetadata(0, 0), 1), pg.Record(pg.RecordMetadata(1, 1), 5)]))]",
+)
+expr(
+    "ops.filter_operation_call",
+    "[r.data for r in pg.FilterOperation(lambda x: x > 2)(iter([pg.Record(pg.RecordMetadata(i, i), i) for i in range(5)]))]",
+)
+expr(
+    "ops.batch_operation_call",
+    "[r.data.tolist() for r in pg.BatchOperation(batch_size=2)(iter([pg.Record(pg.RecordMetadata(i, i), i) for i in range(5)]))]",
+)
+expr(
+    "ops.batch_operation_call_metadata",
+    "[[r.metadata.index, r.metadata.record_key] for r in pg.BatchOperation(batch_size=2)(iter([pg.Record(pg.RecordMetadata(i, i * 10), i) for i in range(5)]))]",
+)
 expr("ops.operation_protocol", "isinstance(pg.MapOperation(lambda x: x), pg.Operation)")
 
 

@@ -14,7 +14,10 @@ expr("map.range.start_stop", "list(grain.MapDataset.range(3, 8))")
 expr("map.range.step", "list(grain.MapDataset.range(1, 10, 3))")
 expr("map.range.negative_step", "list(grain.MapDataset.range(5, 0, -1))")
 expr("map.range.empty", "[len(grain.MapDataset.range(0)), list(grain.MapDataset.range(0))]")
-expr("map.range.start_gt_stop", "[len(grain.MapDataset.range(5, 2)), list(grain.MapDataset.range(5, 2))]")
+expr(
+    "map.range.start_gt_stop",
+    "[len(grain.MapDataset.range(5, 2)), list(grain.MapDataset.range(5, 2))]",
+)
 expr("map.range.element_type", "type(grain.MapDataset.range(5)[2]).__name__")
 expr("map.source.list", "list(grain.MapDataset.source([1, 2, 3, 4, 5]))")
 expr("map.source.tuple", "list(grain.MapDataset.source((1, 'a', None, 2.5)))")
@@ -22,7 +25,9 @@ expr("map.source.string", "list(grain.MapDataset.source('abc'))")
 expr("map.source.range_obj", "list(grain.MapDataset.source(range(3)))")
 expr("map.source.numpy", "list(grain.MapDataset.source(np.arange(4)))")
 expr("map.source.dicts", "list(grain.MapDataset.source([{'a': 1}, {'a': 2}]))")
-expr("map.source.empty_list", "[len(grain.MapDataset.source([])), list(grain.MapDataset.source([]))]")
+expr(
+    "map.source.empty_list", "[len(grain.MapDataset.source([])), list(grain.MapDataset.source([]))]"
+)
 expr(
     "map.source.range_data_source",
     "list(grain.MapDataset.source(grain.sources.RangeDataSource(0, 10, 2)))",
@@ -66,12 +71,18 @@ expr("map.getitem.np_int", "grain.MapDataset.range(10)[np.int64(4)]")
 expr("map.getitem.source_past_len", "grain.MapDataset.source([1, 2, 3])[4]")
 expr("map.getitem.empty", "grain.MapDataset.range(0)[0]")
 expr("map.getitem.slice", "list(grain.MapDataset.range(10)[2:8:2])")
-expr("map.getitem.slice_type", "[isinstance(grain.MapDataset.range(10)[2:5], grain.MapDataset), isinstance(grain.MapDataset.range(10)[2:5], grain.IterDataset)]")
+expr(
+    "map.getitem.slice_type",
+    "[isinstance(grain.MapDataset.range(10)[2:5], grain.MapDataset), isinstance(grain.MapDataset.range(10)[2:5], grain.IterDataset)]",
+)
 expr("map.getitem.slice_negative", "list(grain.MapDataset.range(10)[-3:])")
 expr("map.getitem.slice_reverse", "list(grain.MapDataset.range(10)[::-1])")
 expr("map.getitem.slice_reverse_step2", "list(grain.MapDataset.range(10)[8:1:-2])")
 expr("map.getitem.slice_out_of_range", "list(grain.MapDataset.range(10)[5:100])")
-expr("map.getitem.slice_empty", "[len(grain.MapDataset.range(10)[7:3]), list(grain.MapDataset.range(10)[7:3])]")
+expr(
+    "map.getitem.slice_empty",
+    "[len(grain.MapDataset.range(10)[7:3]), list(grain.MapDataset.range(10)[7:3])]",
+)
 expr("map.getitem.slice_of_slice", "list(grain.MapDataset.range(20)[2:18][::3][1:])")
 expr("map.getitem.slice_len", "len(grain.MapDataset.range(10)[1:9:3])")
 expr("map.getitem.slice_index_past_len", "grain.MapDataset.range(10)[2:5][4]")
@@ -84,16 +95,31 @@ expr("map.slice.numpy_indices", "list(grain.MapDataset.range(10).slice(np.array(
 
 # ------------------------------------------------------------------ len / iteration
 expr("map.len.range", "len(grain.MapDataset.range(7))")
-expr("map.len.batch", "[len(grain.MapDataset.range(7).batch(3)), len(grain.MapDataset.range(7).batch(3, drop_remainder=True))]")
+expr(
+    "map.len.batch",
+    "[len(grain.MapDataset.range(7).batch(3)), len(grain.MapDataset.range(7).batch(3, drop_remainder=True))]",
+)
 expr("map.len.repeat", "len(grain.MapDataset.range(7).repeat(3))")
 expr("map.len.repeat_infinite", "len(grain.MapDataset.range(7).repeat()) == sys.maxsize")
 expr("map.len.filter", "len(grain.MapDataset.range(7).filter(lambda x: x > 3))")
 expr("map.iter.type", "[c.__name__ for c in type(iter(grain.MapDataset.range(3))).__mro__][-4:]")
-expr("map.iter.is_dataset_iterator", "isinstance(iter(grain.MapDataset.range(3)), grain.DatasetIterator)")
+expr(
+    "map.iter.is_dataset_iterator",
+    "isinstance(iter(grain.MapDataset.range(3)), grain.DatasetIterator)",
+)
 expr("map.iter.filter_skips_none", "list(grain.MapDataset.range(10).filter(lambda x: x % 3 == 0))")
-expr("map.iter.map_returning_none", "list(grain.MapDataset.range(5).map(lambda x: None if x % 2 else x))")
-expr("map.isinstance", "[isinstance(grain.MapDataset.range(3), grain.MapDataset), isinstance(grain.MapDataset.range(3), grain.IterDataset)]")
-expr("map.iter.twice_same", "[list(d) == list(d) for d in [grain.MapDataset.range(5).map(lambda x: x * 2)]]")
+expr(
+    "map.iter.map_returning_none",
+    "list(grain.MapDataset.range(5).map(lambda x: None if x % 2 else x))",
+)
+expr(
+    "map.isinstance",
+    "[isinstance(grain.MapDataset.range(3), grain.MapDataset), isinstance(grain.MapDataset.range(3), grain.IterDataset)]",
+)
+expr(
+    "map.iter.twice_same",
+    "[list(d) == list(d) for d in [grain.MapDataset.range(5).map(lambda x: x * 2)]]",
+)
 
 # ------------------------------------------------------------------ map family
 expr("map.map.lambda", "list(grain.MapDataset.range(5).map(lambda x: x + 10))")
@@ -118,8 +144,14 @@ def _():
 
 
 expr("map.map.getitem_after_map", "grain.MapDataset.range(5).map(lambda x: x * x)[3]")
-expr("map.map_with_index.lambda", "list(grain.MapDataset.source(['a', 'b', 'c', 'd']).map_with_index(lambda i, x: x + str(i)))")
-expr("map.map_with_index.index_past_len", "grain.MapDataset.range(3).map_with_index(lambda i, x: (i, x))[7]")
+expr(
+    "map.map_with_index.lambda",
+    "list(grain.MapDataset.source(['a', 'b', 'c', 'd']).map_with_index(lambda i, x: x + str(i)))",
+)
+expr(
+    "map.map_with_index.index_past_len",
+    "grain.MapDataset.range(3).map_with_index(lambda i, x: (i, x))[7]",
+)
 
 
 @case("map.map_with_index.transform_class")
@@ -208,7 +240,10 @@ def _():
 
 
 # ------------------------------------------------------------------ filter
-expr("map.filter.getitem_none", "[grain.MapDataset.range(5).filter(lambda x: x % 2 == 0)[i] for i in range(5)]")
+expr(
+    "map.filter.getitem_none",
+    "[grain.MapDataset.range(5).filter(lambda x: x % 2 == 0)[i] for i in range(5)]",
+)
 expr("map.filter.list", "list(grain.MapDataset.range(5).filter(lambda x: x % 2 == 0))")
 
 
@@ -231,8 +266,14 @@ def _():
 
 
 expr("map.filter.truthy_values", "list(grain.MapDataset.range(6).filter(lambda x: x % 3))")
-expr("map.filter.then_map", "list(grain.MapDataset.range(6).filter(lambda x: x > 2).map(lambda x: -x))")
-expr("map.filter.to_iter_allow_nones", "list(grain.MapDataset.range(5).filter(lambda x: x % 2 == 0).to_iter_dataset(allow_nones=True))")
+expr(
+    "map.filter.then_map",
+    "list(grain.MapDataset.range(6).filter(lambda x: x > 2).map(lambda x: -x))",
+)
+expr(
+    "map.filter.to_iter_allow_nones",
+    "list(grain.MapDataset.range(5).filter(lambda x: x % 2 == 0).to_iter_dataset(allow_nones=True))",
+)
 
 
 @case("map.filter.warns_when_mostly_filtered", isolated=True)
@@ -255,9 +296,15 @@ def _():
 expr("map.batch.drop_remainder", "list(grain.MapDataset.range(5).batch(2, drop_remainder=True))")
 expr("map.batch.exact", "list(grain.MapDataset.range(6).batch(3, drop_remainder=True))")
 expr("map.batch.larger_than_len", "list(grain.MapDataset.range(3).batch(10))")
-expr("map.batch.larger_than_len_drop", "[len(grain.MapDataset.range(3).batch(10, drop_remainder=True)), list(grain.MapDataset.range(3).batch(10, drop_remainder=True))]")
+expr(
+    "map.batch.larger_than_len_drop",
+    "[len(grain.MapDataset.range(3).batch(10, drop_remainder=True)), list(grain.MapDataset.range(3).batch(10, drop_remainder=True))]",
+)
 expr("map.batch.batch_fn", "list(grain.MapDataset.range(5).batch(2, batch_fn=lambda xs: sum(xs)))")
-expr("map.batch.batch_fn_receives", "list(grain.MapDataset.range(4).batch(2, batch_fn=lambda xs: type(xs).__name__))")
+expr(
+    "map.batch.batch_fn_receives",
+    "list(grain.MapDataset.range(4).batch(2, batch_fn=lambda xs: type(xs).__name__))",
+)
 expr("map.batch.getitem", "grain.MapDataset.range(7).batch(3)[2]")
 expr("map.batch.getitem_past_len", "grain.MapDataset.range(7).batch(3)[3]")
 expr("map.batch.getitem_negative", "grain.MapDataset.range(7).batch(3)[-1]")
@@ -336,7 +383,11 @@ def _():
 def _():
     ds = grain.MapDataset.range(10).shuffle(seed=3).repeat(2)
     out = list(ds)
-    return {"n": len(out), "halves_differ": out[:10] != out[10:], "perm": sorted(out[10:]) == list(range(10))}
+    return {
+        "n": len(out),
+        "halves_differ": out[:10] != out[10:],
+        "perm": sorted(out[10:]) == list(range(10)),
+    }
 
 
 @case("map.shuffle.len_one")
@@ -346,7 +397,10 @@ def _():
 
 @case("map.shuffle.len_zero")
 def _():
-    return [len(grain.MapDataset.range(0).shuffle(seed=0)), list(grain.MapDataset.range(0).shuffle(seed=0))]
+    return [
+        len(grain.MapDataset.range(0).shuffle(seed=0)),
+        list(grain.MapDataset.range(0).shuffle(seed=0)),
+    ]
 
 
 @case("map.shuffle.seed_zero")
@@ -398,30 +452,77 @@ def _():
     return out[:10] == out[10:]
 
 
-expr("map.repeat.empty", "[len(grain.MapDataset.range(0).repeat(3)), list(grain.MapDataset.range(0).repeat(3))]")
+expr(
+    "map.repeat.empty",
+    "[len(grain.MapDataset.range(0).repeat(3)), list(grain.MapDataset.range(0).repeat(3))]",
+)
 
 # ------------------------------------------------------------------ mix / concatenate / select
-expr("map.mix.uniform", "list(grain.MapDataset.mix([grain.MapDataset.range(5), grain.MapDataset.range(7, 10)]))")
-expr("map.mix.weights", "list(grain.MapDataset.mix([grain.MapDataset.range(6), grain.MapDataset.range(100, 106)], weights=[2, 1]))")
-expr("map.mix.len", "len(grain.MapDataset.mix([grain.MapDataset.range(6), grain.MapDataset.range(100, 106)], weights=[2, 1]))")
-expr("map.mix.float_weights", "list(grain.MapDataset.mix([grain.MapDataset.range(4), grain.MapDataset.range(10, 14)], weights=[0.25, 0.75]))")
+expr(
+    "map.mix.uniform",
+    "list(grain.MapDataset.mix([grain.MapDataset.range(5), grain.MapDataset.range(7, 10)]))",
+)
+expr(
+    "map.mix.weights",
+    "list(grain.MapDataset.mix([grain.MapDataset.range(6), grain.MapDataset.range(100, 106)], weights=[2, 1]))",
+)
+expr(
+    "map.mix.len",
+    "len(grain.MapDataset.mix([grain.MapDataset.range(6), grain.MapDataset.range(100, 106)], weights=[2, 1]))",
+)
+expr(
+    "map.mix.float_weights",
+    "list(grain.MapDataset.mix([grain.MapDataset.range(4), grain.MapDataset.range(10, 14)], weights=[0.25, 0.75]))",
+)
+
+
 @case("map.mix.proportions")
 def _():
-    ds = grain.MapDataset.mix([grain.MapDataset.range(1000).map(lambda x: 0), grain.MapDataset.range(1000).map(lambda x: 1)], weights=[0.25, 0.75])
+    ds = grain.MapDataset.mix(
+        [
+            grain.MapDataset.range(1000).map(lambda x: 0),
+            grain.MapDataset.range(1000).map(lambda x: 1),
+        ],
+        weights=[0.25, 0.75],
+    )
     out = list(ds)
     return {"len": len(ds), "ones": sum(out), "first_100_ones": sum(out[:100])}
 
 
 expr("map.mix.single", "list(grain.MapDataset.mix([grain.MapDataset.range(3)]))")
-expr("map.mix.three", "list(grain.MapDataset.mix([grain.MapDataset.range(2), grain.MapDataset.range(10, 12), grain.MapDataset.range(20, 22)]))")
-expr("map.mix.getitem_past_len", "grain.MapDataset.mix([grain.MapDataset.range(3), grain.MapDataset.range(10, 13)])[7]")
-expr("map.mix.repeated_len", "len(grain.MapDataset.mix([grain.MapDataset.range(3).repeat(), grain.MapDataset.range(5).repeat()], weights=[1, 2])) == sys.maxsize")
-expr("map.mix.tuple_input", "list(grain.MapDataset.mix((grain.MapDataset.range(2), grain.MapDataset.range(5, 7))))")
-expr("map.concatenate.basic", "list(grain.MapDataset.concatenate([grain.MapDataset.range(3), grain.MapDataset.range(3, 8)]))")
-expr("map.concatenate.len", "len(grain.MapDataset.concatenate([grain.MapDataset.range(3), grain.MapDataset.range(3, 8)]))")
+expr(
+    "map.mix.three",
+    "list(grain.MapDataset.mix([grain.MapDataset.range(2), grain.MapDataset.range(10, 12), grain.MapDataset.range(20, 22)]))",
+)
+expr(
+    "map.mix.getitem_past_len",
+    "grain.MapDataset.mix([grain.MapDataset.range(3), grain.MapDataset.range(10, 13)])[7]",
+)
+expr(
+    "map.mix.repeated_len",
+    "len(grain.MapDataset.mix([grain.MapDataset.range(3).repeat(), grain.MapDataset.range(5).repeat()], weights=[1, 2])) == sys.maxsize",
+)
+expr(
+    "map.mix.tuple_input",
+    "list(grain.MapDataset.mix((grain.MapDataset.range(2), grain.MapDataset.range(5, 7))))",
+)
+expr(
+    "map.concatenate.basic",
+    "list(grain.MapDataset.concatenate([grain.MapDataset.range(3), grain.MapDataset.range(3, 8)]))",
+)
+expr(
+    "map.concatenate.len",
+    "len(grain.MapDataset.concatenate([grain.MapDataset.range(3), grain.MapDataset.range(3, 8)]))",
+)
 expr("map.concatenate.single", "list(grain.MapDataset.concatenate([grain.MapDataset.range(3)]))")
-expr("map.concatenate.with_empty", "list(grain.MapDataset.concatenate([grain.MapDataset.range(0), grain.MapDataset.range(2)]))")
-expr("map.concatenate.getitem_second_epoch", "grain.MapDataset.concatenate([grain.MapDataset.range(3), grain.MapDataset.range(10, 12)])[6]")
+expr(
+    "map.concatenate.with_empty",
+    "list(grain.MapDataset.concatenate([grain.MapDataset.range(0), grain.MapDataset.range(2)]))",
+)
+expr(
+    "map.concatenate.getitem_second_epoch",
+    "grain.MapDataset.concatenate([grain.MapDataset.range(3), grain.MapDataset.range(10, 12)])[6]",
+)
 
 
 @case("map.select_from_datasets.basic")
@@ -465,8 +566,14 @@ def _():
 
 
 # ------------------------------------------------------------------ apply / pipe
-expr("map.pipe.func", "list(grain.MapDataset.range(4).pipe(lambda ds, k: ds.map(lambda x: x * k), 3))")
-expr("map.pipe.kwargs", "list(grain.MapDataset.range(10).pipe(grain.experimental.WindowShuffleMapDataset, window_size=1, seed=0))")
+expr(
+    "map.pipe.func",
+    "list(grain.MapDataset.range(4).pipe(lambda ds, k: ds.map(lambda x: x * k), 3))",
+)
+expr(
+    "map.pipe.kwargs",
+    "list(grain.MapDataset.range(10).pipe(grain.experimental.WindowShuffleMapDataset, window_size=1, seed=0))",
+)
 expr("map.pipe.returns_anything", "grain.MapDataset.range(4).pipe(len)")
 
 
@@ -528,14 +635,35 @@ def _():
 
 # ------------------------------------------------------------------ to_iter_dataset / parents / misc
 expr("map.to_iter_dataset.basic", "list(grain.MapDataset.range(5).to_iter_dataset())")
-expr("map.to_iter_dataset.read_options", "list(grain.MapDataset.range(5).map(lambda x: x * 2).to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=3)))")
-expr("map.to_iter_dataset.zero_threads", "list(grain.MapDataset.range(5).to_iter_dataset(grain.ReadOptions(num_threads=0)))")
-expr("map.to_iter_dataset.type", "isinstance(grain.MapDataset.range(5).to_iter_dataset(), grain.IterDataset)")
-expr("map.to_iter_dataset.infinite_first", "first(grain.MapDataset.range(3).repeat().to_iter_dataset(), 7)")
+expr(
+    "map.to_iter_dataset.read_options",
+    "list(grain.MapDataset.range(5).map(lambda x: x * 2).to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=3)))",
+)
+expr(
+    "map.to_iter_dataset.zero_threads",
+    "list(grain.MapDataset.range(5).to_iter_dataset(grain.ReadOptions(num_threads=0)))",
+)
+expr(
+    "map.to_iter_dataset.type",
+    "isinstance(grain.MapDataset.range(5).to_iter_dataset(), grain.IterDataset)",
+)
+expr(
+    "map.to_iter_dataset.infinite_first",
+    "first(grain.MapDataset.range(3).repeat().to_iter_dataset(), 7)",
+)
 expr("map.parents.source", "len(grain.MapDataset.range(3).parents)")
-expr("map.parents.map", "[isinstance(p, grain.MapDataset) for p in grain.MapDataset.range(3).map(lambda x: x).parents]")
-expr("map.parents.mix", "len(grain.MapDataset.mix([grain.MapDataset.range(3), grain.MapDataset.range(3)]).parents)")
-expr("map.iter_through_list_and_len", "(len(grain.MapDataset.range(4).map(str)), list(grain.MapDataset.range(4).map(str)))")
+expr(
+    "map.parents.map",
+    "[isinstance(p, grain.MapDataset) for p in grain.MapDataset.range(3).map(lambda x: x).parents]",
+)
+expr(
+    "map.parents.mix",
+    "len(grain.MapDataset.mix([grain.MapDataset.range(3), grain.MapDataset.range(3)]).parents)",
+)
+expr(
+    "map.iter_through_list_and_len",
+    "(len(grain.MapDataset.range(4).map(str)), list(grain.MapDataset.range(4).map(str)))",
+)
 expr("map.slice_then_shuffle", "sorted(grain.MapDataset.range(10)[2:6].shuffle(seed=1))")
 expr("map.shuffle_then_slice_len", "len(grain.MapDataset.range(10).shuffle(seed=1)[2:6])")
 

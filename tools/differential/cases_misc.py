@@ -9,16 +9,31 @@ import grain.python as pg
 from _registry import case, expr, sampler
 
 # ------------------------------------------------------------------ Record / RecordMetadata
-expr("rec.metadata.fields", "[pg.RecordMetadata(3).index, pg.RecordMetadata(3).record_key, pg.RecordMetadata(3).rng]")
-expr("rec.metadata.kw", "[pg.RecordMetadata(index=1, record_key=2).index, pg.RecordMetadata(index=1, record_key=2).record_key]")
+expr(
+    "rec.metadata.fields",
+    "[pg.RecordMetadata(3).index, pg.RecordMetadata(3).record_key, pg.RecordMetadata(3).rng]",
+)
+expr(
+    "rec.metadata.kw",
+    "[pg.RecordMetadata(index=1, record_key=2).index, pg.RecordMetadata(index=1, record_key=2).record_key]",
+)
 expr("rec.metadata.eq", "pg.RecordMetadata(1, 2) == pg.RecordMetadata(1, 2)")
-expr("rec.metadata.remove_record_key", "[pg.RecordMetadata(1, 2).remove_record_key().record_key, pg.RecordMetadata(1, 2).remove_record_key().index]")
+expr(
+    "rec.metadata.remove_record_key",
+    "[pg.RecordMetadata(1, 2).remove_record_key().record_key, pg.RecordMetadata(1, 2).remove_record_key().index]",
+)
 expr("rec.metadata.str", "str(pg.RecordMetadata(1, 2))")
-expr("rec.record.fields", "[pg.Record(pg.RecordMetadata(0), 'x').data, pg.Record(pg.RecordMetadata(0), 'x').metadata.index]")
+expr(
+    "rec.record.fields",
+    "[pg.Record(pg.RecordMetadata(0), 'x').data, pg.Record(pg.RecordMetadata(0), 'x').metadata.index]",
+)
 expr("rec.record.aliases", "[grain.Record is pg.Record, grain.RecordMetadata is pg.RecordMetadata]")
 expr("rec.record.eq", "pg.Record(pg.RecordMetadata(0), 1) == pg.Record(pg.RecordMetadata(0), 1)")
 expr("rec.record.kw", "pg.Record(metadata=pg.RecordMetadata(0), data=5).data")
-expr("rec.record.is_dataclass", "[__import__('dataclasses').is_dataclass(pg.Record), __import__('dataclasses').is_dataclass(pg.RecordMetadata)]")
+expr(
+    "rec.record.is_dataclass",
+    "[__import__('dataclasses').is_dataclass(pg.Record), __import__('dataclasses').is_dataclass(pg.RecordMetadata)]",
+)
 expr("rec.record.metadata_frozen", "outcome(lambda: setattr(pg.RecordMetadata(0), 'index', 1))")
 
 # ------------------------------------------------------------------ options
@@ -27,15 +42,27 @@ expr("opt.read.fields", "grain.ReadOptions(num_threads=2, prefetch_buffer_size=7
 expr("opt.read.eq", "grain.ReadOptions(2, 3) == grain.ReadOptions(2, 3)")
 expr("opt.read.pg_alias", "pg.ReadOptions is grain.ReadOptions")
 expr("opt.mp.defaults", "grain.MultiprocessingOptions()")
-expr("opt.mp.fields", "grain.MultiprocessingOptions(num_workers=3, per_worker_buffer_size=2, enable_profiling=True)")
-expr("opt.mp.aliases", "[grain.MultiprocessingOptions is pg.MultiprocessingOptions, grain.MultiprocessingOptions is grain.multiprocessing.MultiprocessingOptions]")
+expr(
+    "opt.mp.fields",
+    "grain.MultiprocessingOptions(num_workers=3, per_worker_buffer_size=2, enable_profiling=True)",
+)
+expr(
+    "opt.mp.aliases",
+    "[grain.MultiprocessingOptions is pg.MultiprocessingOptions, grain.MultiprocessingOptions is grain.multiprocessing.MultiprocessingOptions]",
+)
 expr("opt.mp.frozen", "outcome(lambda: setattr(grain.MultiprocessingOptions(), 'num_workers', 2))")
 expr("opt.read.frozen", "outcome(lambda: setattr(grain.ReadOptions(), 'num_threads', 2))")
 expr("opt.mp.hashable", "outcome(lambda: hash(grain.MultiprocessingOptions()))")
-expr("opt.mp.replace", "__import__('dataclasses').replace(grain.MultiprocessingOptions(), num_workers=4)")
+expr(
+    "opt.mp.replace",
+    "__import__('dataclasses').replace(grain.MultiprocessingOptions(), num_workers=4)",
+)
 
 # ------------------------------------------------------------------ config
-expr("config.type_has_update", "[hasattr(grain.config, 'update'), hasattr(grain.config, 'get_or_default')]")
+expr(
+    "config.type_has_update",
+    "[hasattr(grain.config, 'update'), hasattr(grain.config, 'get_or_default')]",
+)
 expr("config.pg_alias", "pg.config is grain.config")
 expr("config.get_unknown", "grain.config.get_or_default('no_such_flag_xyz')")
 expr("config.update_unknown", "grain.config.update('no_such_flag_xyz', 1)")
@@ -93,7 +120,11 @@ def _():
     md = a.metadata
     b = grain.multiprocessing.SharedMemoryArray.from_metadata(md)
     try:
-        return {"values": b.tolist(), "md_shape": list(md.shape), "md_dtype": str(np.dtype(md.dtype))}
+        return {
+            "values": b.tolist(),
+            "md_shape": list(md.shape),
+            "md_dtype": str(np.dtype(md.dtype)),
+        }
     finally:
         b.unlink_on_del()
         del a, b

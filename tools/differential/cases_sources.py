@@ -11,20 +11,31 @@ import grain.python as pg
 from _registry import case, expr, sampler, tmpdir, write_array_record
 
 # ------------------------------------------------------------------ RangeDataSource
-expr("src.range.items", "[grain.sources.RangeDataSource(0, 10, 3)[i] for i in range(len(grain.sources.RangeDataSource(0, 10, 3)))]")
+expr(
+    "src.range.items",
+    "[grain.sources.RangeDataSource(0, 10, 3)[i] for i in range(len(grain.sources.RangeDataSource(0, 10, 3)))]",
+)
 expr("src.range.len", "len(grain.sources.RangeDataSource(2, 9, 2))")
 expr("src.range.empty", "len(grain.sources.RangeDataSource(5, 5, 1))")
-expr("src.range.negative_step", "[len(grain.sources.RangeDataSource(5, 0, -1)), grain.sources.RangeDataSource(5, 0, -1)[0]]")
+expr(
+    "src.range.negative_step",
+    "[len(grain.sources.RangeDataSource(5, 0, -1)), grain.sources.RangeDataSource(5, 0, -1)[0]]",
+)
 expr("src.range.getitem_past_end", "grain.sources.RangeDataSource(0, 3, 1)[5]")
 expr("src.range.getitem_negative", "grain.sources.RangeDataSource(0, 3, 1)[-1]")
 expr("src.range.kw", "len(grain.sources.RangeDataSource(start=0, stop=4, step=1))")
 expr("src.range.element_type", "type(grain.sources.RangeDataSource(0, 3, 1)[1]).__name__")
 expr("src.range.pg_alias", "pg.RangeDataSource is grain.sources.RangeDataSource")
-expr("src.range.is_random_access", "isinstance(grain.sources.RangeDataSource(0, 3, 1), grain.sources.RandomAccessDataSource)")
+expr(
+    "src.range.is_random_access",
+    "isinstance(grain.sources.RangeDataSource(0, 3, 1), grain.sources.RandomAccessDataSource)",
+)
 expr("src.range.repr_or_str", "str(grain.sources.RangeDataSource(0, 3, 1)) != ''")
 
 # ------------------------------------------------------------------ protocol
-expr("src.protocol.list_is_random_access", "isinstance([1, 2], grain.sources.RandomAccessDataSource)")
+expr(
+    "src.protocol.list_is_random_access", "isinstance([1, 2], grain.sources.RandomAccessDataSource)"
+)
 expr("src.protocol.pg_alias", "pg.RandomAccessDataSource is grain.sources.RandomAccessDataSource")
 
 
@@ -245,7 +256,13 @@ def _():
 def _():
     p = write_array_record([b"a"])
     paths = grain.sources.ArrayRecordDataSource(p).paths
-    return {"type": type(paths).__name__, "basename": [os.path.basename(str(x)) for x in (paths if isinstance(paths, list | tuple) else [paths])]}
+    return {
+        "type": type(paths).__name__,
+        "basename": [
+            os.path.basename(str(x))
+            for x in (paths if isinstance(paths, list | tuple) else [paths])
+        ],
+    }
 
 
 @case("src.array_record.pickle")

@@ -8,20 +8,38 @@ import grain
 import grain.python as pg
 from _registry import case, expr, sampler
 
-expr("tr.batch.fields", "[grain.transforms.Batch(4).batch_size, grain.transforms.Batch(4).drop_remainder, grain.transforms.Batch(4).batch_fn]")
-expr("tr.batch.kw", "[grain.transforms.Batch(batch_size=3, drop_remainder=True).batch_size, grain.transforms.Batch(batch_size=3, drop_remainder=True).drop_remainder]")
+expr(
+    "tr.batch.fields",
+    "[grain.transforms.Batch(4).batch_size, grain.transforms.Batch(4).drop_remainder, grain.transforms.Batch(4).batch_fn]",
+)
+expr(
+    "tr.batch.kw",
+    "[grain.transforms.Batch(batch_size=3, drop_remainder=True).batch_size, grain.transforms.Batch(batch_size=3, drop_remainder=True).drop_remainder]",
+)
 expr("tr.batch.eq", "grain.transforms.Batch(2) == grain.transforms.Batch(2)")
 expr("tr.batch.is_pg_batch", "grain.transforms.Batch is pg.Batch")
 expr("tr.batch.is_dataclass", "__import__('dataclasses').is_dataclass(grain.transforms.Batch(2))")
 expr("tr.batch.frozen", "outcome(lambda: setattr(grain.transforms.Batch(2), 'batch_size', 3))")
-expr("tr.batch.apply_map", "[b.tolist() for b in grain.MapDataset.range(5).apply(grain.transforms.Batch(2))]")
-expr("tr.batch.apply_batch_fn", "list(grain.MapDataset.range(5).apply(grain.transforms.Batch(2, batch_fn=sum)))")
-expr("tr.batch.apply_drop", "[b.tolist() for b in grain.MapDataset.range(5).to_iter_dataset().apply(grain.transforms.Batch(2, drop_remainder=True))]")
+expr(
+    "tr.batch.apply_map",
+    "[b.tolist() for b in grain.MapDataset.range(5).apply(grain.transforms.Batch(2))]",
+)
+expr(
+    "tr.batch.apply_batch_fn",
+    "list(grain.MapDataset.range(5).apply(grain.transforms.Batch(2, batch_fn=sum)))",
+)
+expr(
+    "tr.batch.apply_drop",
+    "[b.tolist() for b in grain.MapDataset.range(5).to_iter_dataset().apply(grain.transforms.Batch(2, drop_remainder=True))]",
+)
 expr("tr.aliases.map", "grain.transforms.Map is pg.MapTransform")
 expr("tr.aliases.random_map", "grain.transforms.RandomMap is pg.RandomMapTransform")
 expr("tr.aliases.filter", "grain.transforms.Filter is pg.FilterTransform")
 expr("tr.aliases.map_with_index", "grain.transforms.MapWithIndex is pg.MapWithIndexTransform")
-expr("tr.aliases.map_with_index_experimental", "grain.transforms.MapWithIndex is grain.experimental.MapWithIndexTransform")
+expr(
+    "tr.aliases.map_with_index_experimental",
+    "grain.transforms.MapWithIndex is grain.experimental.MapWithIndexTransform",
+)
 expr("tr.aliases.selection_map", "grain.transforms.DatasetSelectionMap is pg.DatasetSelectionMap")
 
 

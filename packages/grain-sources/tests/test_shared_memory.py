@@ -627,3 +627,13 @@ def test_unlink_of_a_segment_attached_by_name(no_new_segments):
     assert list(owner) == [1, 2]
     owner.close()
     reader.close()
+
+
+def test_shm_gives_the_name_to_attach_by_as_in_grain(no_new_segments):
+    owner = InMemoryDataSource([1, 2, 3])
+    assert owner.shm.name == owner.name
+    assert owner.shm.size > 0
+    again = InMemoryDataSource(name=owner.shm.name)
+    assert list(again) == [1, 2, 3]
+    again.close()
+    owner.close()

@@ -129,7 +129,7 @@ def _variant(cls: type) -> type:
         }
         if "close" in namespace:
             # The swap to the closed variant happens inside the lock (see next_).
-            namespace["close"] = serialized(_closing(cls.close))
+            namespace["close"] = serialized(_closing(getattr(cls, "close")))  # noqa: B009
         namespace.update({_BASE: cls, "__module__": cls.__module__, "__slots__": ()})
         variant = type(cls)(cls.__name__, (cls,), namespace)
         variant.__qualname__ = cls.__qualname__

@@ -26,6 +26,7 @@ import mmap
 import operator
 import os
 import struct
+import types
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import resource_tracker, shared_memory
@@ -492,6 +493,12 @@ class SharedMemoryDataSource:
     def name(self) -> str:
         """The shared memory segment's name (under /dev/shm on Linux)."""
         return self._state.name
+
+    @property
+    def shm(self) -> types.SimpleNamespace:
+        """The segment's `name` and `size` in bytes, as Grain's source has them on its
+        ``shm`` (there a SharedMemory object): ``SharedMemoryDataSource(name=src.shm.name)``."""
+        return types.SimpleNamespace(name=self._state.name, size=self._state.nbytes)
 
     def _layout(self) -> _Layout:
         state = self._state
