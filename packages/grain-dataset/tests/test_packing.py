@@ -481,10 +481,11 @@ def test_concat_then_split_bad_states():
         ({"shuffle_bins": 1}, TypeError, "`shuffle_bins` must be a bool"),
         ({"seed": -1}, ValueError, "`seed` must be >= 0"),
         ({"max_sequences_per_bin": 0}, ValueError, "`max_sequences_per_bin` must be >= 1"),
-        ({"meta_features": ["x"]}, ValueError, "`meta_features` names"),
+        ({"meta_features": [3]}, TypeError, "`meta_features`"),
         ({"meta_features": "t"}, TypeError, "`meta_features` must be a sequence"),
         ({"padding_struct": {"u": 0}}, ValueError, "`padding_struct` must have the structure"),
-        ({"pack_alignment_struct": {"t": 8}}, NotImplementedError, "pack_alignment_struct"),
+        ({"pack_alignment_struct": {"t": 0}}, ValueError, "pack_alignment_struct"),
+        ({"pack_alignment_struct": {"x": 4}}, ValueError, "pack_alignment_struct"),
         ({"shuffle_bins_group_by_feature": "t"}, NotImplementedError, "group_by_feature"),
         (
             {"length_struct": {"t": 4, "t_positions": 4}},
@@ -559,8 +560,8 @@ def test_mixed_dtypes_raise(cls):
             r"`bos_features` names \['x'\]",
         ),
         ({"bos_token_id": 1}, ValueError, "only apply with"),
-        ({"meta_features": ["t"]}, NotImplementedError, "`meta_features`"),
-        ({"split_full_length_features": False}, NotImplementedError, "split_full_length"),
+        ({"meta_features": ["nope"]}, ValueError, "meta_features"),
+        ({"split_full_length_features": 0}, TypeError, "split_full_length"),
         ({"length_struct": {"t": 0}}, ValueError, r"`length_struct\['t'\]` must be >= 1"),
     ],
 )
@@ -578,3 +579,192 @@ def test_a_scalar_feature_is_a_sequence_of_one_token_as_in_grain(packer):
     assert packed["a"].tolist() == [1, 2, 1, 2, 3]
     assert packed["b"].tolist() == [20, 30]
     assert packed["b_segment_ids"].tolist() == [1, 2]
+
+
+# -- ConcatThenSplit: meta features and split_full_length_features=False -----------------------
+# The expected outputs are Grain 0.2.18's for the same inputs.
+
+
+def _seqs(sizes):
+    return source(
+        [{"t": np.arange(1, n + 1, dtype=np.int32) + 10 * i} for i, n in enumerate(sizes)]
+    )
+
+
+NO_SPLIT = {
+    (4, 2, 3): [[11, 12, 21, 22], [1, 2, 3, 4], [23, 0, 0, 0]],
+    (2, 4, 1, 4, 3): [[1, 2, 21, 41], [11, 12, 13, 14], [31, 32, 33, 34], [42, 43, 0, 0]],
+    (4, 4, 1): [[21, 0, 0, 0], [1, 2, 3, 4], [11, 12, 13, 14]],
+    (1, 4): [[1, 0, 0, 0], [11, 12, 13, 14]],
+    (3, 1, 4, 4, 2, 2): [[1, 2, 3, 11], [21, 22, 23, 24], [31, 32, 33, 34], [41, 42, 51, 52]],
+    (5, 4): [[1, 2, 3, 4], [5, 0, 0, 0], [11, 12, 13, 14]],
+    (2, 2, 4, 1): [[1, 2, 11, 12], [21, 22, 23, 24], [31, 0, 0, 0]],
+    (4, 4): [[1, 2, 3, 4], [11, 12, 13, 14]],
+    (4, 1, 4, 1, 1, 1): [[11, 31, 41, 51], [1, 2, 3, 4], [21, 22, 23, 24]],
+    (2, 2, 2, 4, 2): [[1, 2, 11, 12], [21, 22, 41, 42], [31, 32, 33, 34]],
+    (4, 1, 1, 1, 1, 4, 1, 1, 1, 1): [
+        [11, 21, 31, 41],
+        [1, 2, 3, 4],
+        [51, 52, 53, 54],
+        [61, 71, 81, 91],
+    ],
+    (2, 4, 2, 4, 2): [[1, 2, 21, 22], [11, 12, 13, 14], [31, 32, 33, 34], [41, 42, 0, 0]],
+}
+
+
+@pytest.mark.parametrize("sizes", NO_SPLIT, ids=str)
+def test_no_split_passes_full_length_elements_through_in_grains_order(sizes):
+    ds = ConcatThenSplitIterDataset(
+        _seqs(sizes), length_struct={"t": 4}, split_full_length_features=False
+    )
+    outputs = list(ds)
+    assert [o["t"].tolist() for o in outputs] == NO_SPLIT[sizes]
+    for output in outputs:  # a passed-through element is one whole segment
+        if 0 not in output["t_segment_ids"] and len(set(output["t_segment_ids"])) == 1:
+            assert output["t_positions"].tolist() == [0, 1, 2, 3]
+    assert_equal_output_after_checkpoint(ds)
+
+
+def test_no_split_state_restores_in_a_fresh_iterator_at_every_step():
+    def make():
+        return ConcatThenSplitIterDataset(
+            _seqs((1, 4, 4, 2, 4, 1, 3, 4, 4, 1, 1)),
+            length_struct={"t": 4},
+            split_full_length_features=False,
+        )
+
+    expected = [o["t"].tolist() for o in make()]
+    for k in range(len(expected) + 1):
+        it = iter(make())
+        head = [next(it)["t"].tolist() for _ in range(k)]
+        state = it.get_state()
+        assert set(state) == {"parent", "offsets", "replay", "pending", "emitted"}
+        fresh = iter(make())
+        fresh.set_state(state)
+        assert head + [o["t"].tolist() for o in fresh] == expected
+
+
+META = {
+    ((3, 1), (3, 1), (2, 1)): (
+        {"t": 4, "m": 3},
+        [
+            ([1, 2, 3, 11], [1, 1, 1, 2], [100, 101, 0]),
+            ([12, 13, 21, 22], [1, 1, 2, 2], [101, 102, 0]),
+        ],
+    ),
+    ((3, 2), (3, 2)): (
+        {"t": 4, "m": 3},
+        [
+            ([1, 2, 3, 0], [1, 1, 1, 0], [100, 100, 0]),
+            ([11, 12, 13, 0], [1, 1, 1, 0], [101, 101, 0]),
+        ],
+    ),
+    ((6, 1), (1, 1)): (
+        {"t": 4, "m": 4},
+        [
+            ([1, 2, 3, 4], [1, 1, 1, 1], [100, 0, 0, 0]),
+            ([5, 6, 11, 0], [1, 1, 2, 0], [100, 101, 0, 0]),
+        ],
+    ),
+    ((2, 2), (1, 2), (1, 1)): (
+        {"t": 4, "m": 3},
+        [
+            ([1, 2, 0, 0], [1, 1, 0, 0], [100, 100, 0]),
+            ([11, 21, 0, 0], [1, 2, 0, 0], [101, 101, 102]),
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("rows", META, ids=str)
+def test_meta_features_are_never_split_and_repeat_with_a_split_element(rows):
+    lengths, expected = META[rows]
+    elements = [
+        {"t": np.arange(1, x + 1, dtype=np.int32) + 10 * i, "m": np.full(y, 100 + i, np.int32)}
+        for i, (x, y) in enumerate(rows)
+    ]
+    ds = ConcatThenSplitIterDataset(source(elements), length_struct=lengths, meta_features=["m"])
+    outputs = list(ds)
+    assert [(o["t"].tolist(), o["t_segment_ids"].tolist(), o["m"].tolist()) for o in outputs] == (
+        expected
+    )
+    assert all(set(o) == {"t", "t_segment_ids", "t_positions", "m"} for o in outputs)
+    assert_equal_output_after_checkpoint(ds)
+
+
+def test_a_meta_feature_longer_than_its_length_raises():
+    elements = [{"t": np.arange(2, dtype=np.int32), "m": np.arange(5, dtype=np.int32)}]
+    ds = ConcatThenSplitIterDataset(
+        source(elements), length_struct={"t": 4, "m": 3}, meta_features=["m"]
+    )
+    with pytest.raises(ValueError, match="never split"):
+        list(ds)
+
+
+# -- first/best fit: alignment and meta features that `length_struct` lacks ---------------------
+# The expected outputs are Grain 0.2.18's for the same inputs.
+
+ALIGNED = [
+    (
+        (3, 2, 5),
+        {"t": 12},
+        1,
+        {"t": 4},
+        [[1, 2, 3, 0, 11, 12] + [0] * 6, [21, 22, 23, 24, 25] + [0] * 7],
+    ),
+    (
+        (3, 2, 3, 1),
+        {"t": 8},
+        2,
+        {"t": 4},
+        [[1, 2, 3, 0, 11, 12, 0, 0], [21, 22, 23, 0, 31, 0, 0, 0]],
+    ),
+    ((4, 1, 3), {"t": 10}, 1, {"t": 3}, [[1, 2, 3, 4, 0, 0, 11, 0, 0, 0], [21, 22, 23] + [0] * 7]),
+    ((3, 3, 2), {"t": 10}, 1, {"t": 4}, [[1, 2, 3, 0, 11, 12, 13, 0, 21, 22]]),
+]
+
+
+@pytest.mark.parametrize("packer", PACKERS)
+@pytest.mark.parametrize(("sizes", "lengths", "bins", "align", "expected"), ALIGNED)
+def test_pack_alignment_starts_each_element_at_a_multiple(
+    packer, sizes, lengths, bins, align, expected
+):
+    ds = packer(
+        _seqs(sizes),
+        length_struct=lengths,
+        num_packing_bins=bins,
+        shuffle_bins=False,
+        pack_alignment_struct=align,
+    )
+    assert [o["t"].tolist() for o in ds] == expected
+    assert_equal_output_after_checkpoint(ds)
+
+
+@pytest.mark.parametrize("packer", PACKERS)
+def test_meta_features_not_in_length_struct_are_listed_per_bin(packer):
+    elements = [
+        {"t": np.arange(1, n + 1, dtype=np.int32) + 10 * i, "id": i, "name": f"d{i}"}
+        for i, n in enumerate([2, 3, 4])
+    ]
+    ds = packer(
+        source(elements),
+        length_struct={"t": 6},
+        num_packing_bins=2,
+        shuffle_bins=False,
+        meta_features=["id", "name"],
+    )
+    outputs = list(ds)
+    assert [(o["t"].tolist(), o["id"], o["name"]) for o in outputs] == [
+        ([1, 2, 11, 12, 13, 0], [0, 1], ["d0", "d1"]),
+        ([21, 22, 23, 24, 0, 0], [2], ["d2"]),
+    ]
+    assert_equal_output_after_checkpoint(ds)
+    with pytest.raises(ValueError, match="lacks the meta features"):
+        list(
+            packer(
+                source([{"t": np.arange(2)}]),
+                length_struct={"t": 6},
+                num_packing_bins=1,
+                meta_features=["id"],
+            )
+        )

@@ -47,6 +47,7 @@ element; no token is ever stored in the state.
 
 from __future__ import annotations
 
+import collections
 import enum
 from collections.abc import Collection
 from typing import Any
@@ -86,8 +87,13 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
     Args:
       parent: an IterDataset of dicts (or trees) of 1-D arrays.
       length_struct: the packed length of every feature, in the elements' structure.
-      meta_features: not supported (must be empty).
-      split_full_length_features: only True is supported.
+      meta_features: features (dict keys) that are never split: an element
+        whose meta features do not fit whole closes the example and opens the
+        next one, and the rest of a split element repeats them. They get no
+        ``*_segment_ids`` or ``*_positions``.
+      split_full_length_features: False passes elements that already fill a
+        feature to its length (none longer) through as their own examples,
+        unsplit, in Grain's order (see the module docstring).
       bos_handling: a `BOSHandling`.
       bos_features: the features (dict keys) whose pieces start with BOS;
         required with REPLACE_FIRST_TOKEN_WITH_BOS.
@@ -114,17 +120,13 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
     ):
         name = type(self).__name__
         super().__init__(as_iter_dataset(parent, "parent", name))
-        if meta_features:
-            raise NotImplementedError(
-                f"`meta_features` is not supported by {name} in this implementation; "
-                "remove those features before packing and add them back after."
+        if not isinstance(split_full_length_features, bool):
+            raise TypeError(
+                f"`split_full_length_features` must be a bool, got {split_full_length_features!r}."
             )
-        if split_full_length_features is not True:
-            raise NotImplementedError(
-                f"`split_full_length_features` must be True in {name} in this implementation, "
-                f"got {split_full_length_features!r}."
-            )
-        self._layout = Layout(length_struct, (), name)
+        self._split_full = split_full_length_features
+        self._layout = Layout(length_struct, meta_features, name)
+        self._layout.allow_list_meta(False)
         if not isinstance(bos_handling, BOSHandling):
             raise WrongTypeError(
                 f"`bos_handling` must be a BOSHandling (DO_NOTHING or "
@@ -182,36 +184,60 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
         )
 
 
+class _Waiting:
+    """A full-length element waiting to be passed through (split_full_length_features=False)."""
+
+    __slots__ = ("before", "leaves", "number")
+
+    def __init__(self, leaves: list[np.ndarray], before: Any, number: int):
+        self.leaves, self.before, self.number = leaves, before, number
+
+
 class _ConcatThenSplitIterator(DatasetIterator[Any]):
     def __init__(self, dataset: ConcatThenSplitIterDataset, parent: DatasetIterator[Any]):
         super().__init__(parent)
         self._dataset = dataset
         self._parent = parent
         self._layout = dataset._layout
+        self._meta = dataset._layout.meta
         self._dtypes: list[np.dtype | None] = [None] * self._layout.count
         self._zeros = [0] * self._layout.count
         # The element part-way consumed, what it already gave, and the parent's state before it.
         self._partial: list[np.ndarray] | None = None
         self._offsets = self._zeros
         self._anchor: Any = None
+        # split_full_length_features=False: elements read from the parent since the start
+        # or the last restore, the full-length ones waiting, and whether anything was output.
+        self._read = 0
+        self._waiting: collections.deque[_Waiting] = collections.deque()
+        self._emitted = False
 
-    def _next_piece(self) -> tuple[list[np.ndarray], list[int]] | None:
-        """The next element (or the rest of a split one) and its offsets; None at the end."""
-        if self._partial is not None:
-            return self._partial, self._offsets
-        if any(self._offsets):
-            # Restored part-way through an element: the parent is just before it.
-            return self._reread(), self._offsets
+    # -- reading -------------------------------------------------------------------------
+
+    def _read_element(self) -> tuple[list[np.ndarray], Any] | None:
+        """The next element with tokens, and the parent's state before it; None at the end."""
         while True:
             before = self._parent.get_state()
             try:
                 element = next(self._parent)
             except StopIteration:
                 return None
+            self._read += 1
             leaves = self._layout.checked_leaves(element, self._dtypes)
             if any(leaf.shape[0] for leaf in leaves):
-                self._anchor = before
-                return leaves, self._zeros
+                return leaves, before
+
+    def _is_full(self, leaves: list[np.ndarray]) -> bool:
+        """Whether the element fills some feature exactly and overflows none (no-split mode)."""
+        lengths = self._layout.lengths
+        sizes = [leaf.shape[0] for leaf in leaves]
+        if any(size > length for size, length in zip(sizes, lengths, strict=True)):
+            return False
+        return any(
+            size == length
+            for size, length, meta in zip(sizes, lengths, self._meta, strict=True)
+            if not meta
+        )
 
     def _reread(self) -> list[np.ndarray]:
         stage = repr(self._dataset)
@@ -222,6 +248,7 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
                 f"cannot resume {stage}: its state points into an element, but the parent "
                 "has none there. The state is from a different pipeline or data."
             ) from None
+        self._read += 1
         leaves = self._layout.checked_leaves(element, self._dtypes)
         left = [leaf.shape[0] - offset for leaf, offset in zip(leaves, self._offsets, strict=True)]
         if min(left) < 0 or not any(left):
@@ -233,25 +260,72 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
         self._partial = leaves
         return leaves
 
+    # -- building examples ---------------------------------------------------------------
+
     def __next__(self) -> Any:
+        if self._waiting:
+            return self._output(*self._build([self._waiting.popleft().leaves]))
+        arrays, segment = self._build(None)
+        if not segment:
+            if self._waiting:  # the end, with full-length elements still waiting
+                return self._output(*self._build([self._waiting.popleft().leaves]))
+            raise StopIteration
+        return self._output(arrays, segment)
+
+    def _output(self, arrays: list[Any], segment: int) -> Any:
+        self._emitted = True
+        for index, feature in enumerate(arrays):
+            if feature is None:
+                arrays[index] = self._allocate(index)
+        values, segments, positions = zip(*arrays, strict=True)
+        return self._layout.assemble(list(values), list(segments), list(positions))
+
+    def _build(self, alone: list[list[np.ndarray]] | None) -> tuple[list[Any], int]:
+        """Fills one example; with `alone`, just that (full-length) element."""
         dataset = self._dataset
         layout = self._layout
         lengths = layout.lengths
         arange = layout.arange
+        meta = self._meta
         room = list(lengths)
-        arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * layout.count
+        arrays: list[Any] = [None] * layout.count
         segment = 0
         bos = dataset._bos
         while True:
-            piece = self._next_piece()
-            if piece is None:
+            if alone is not None:
+                if not alone:
+                    break
+                leaves, offsets = alone.pop(), self._zeros
+            elif self._partial is not None:
+                leaves, offsets = self._partial, self._offsets
+            elif any(self._offsets):
+                # Restored part-way through an element: the parent is just before it.
+                leaves, offsets = self._reread(), self._offsets
+            else:
+                got = self._read_element()
+                if got is None:
+                    break
+                leaves, before = got
+                if not dataset._split_full and self._is_full(leaves):
+                    if not segment and self._emitted:
+                        return self._build([leaves])  # passed through at once
+                    self._waiting.append(_Waiting(leaves, before, self._read))
+                    continue
+                self._anchor, offsets = before, self._zeros
+            # Meta features are never split: one that does not fit whole closes the example.
+            if any(m and leaf.shape[0] > r for m, leaf, r in zip(meta, leaves, room, strict=True)):
+                if not segment:
+                    raise ValueError(
+                        f"{layout.stage}: a meta feature of an element is longer than its "
+                        f"packed length ({[leaf.shape[0] for leaf in leaves]} tokens for "
+                        f"lengths {lengths}); meta features are never split."
+                    )
+                self._partial, self._offsets = leaves, offsets
                 break
-            leaves, offsets = piece
             takes = []
             whole = True
             for index, leaf in enumerate(leaves):
-                offset = offsets[index]
-                left = leaf.shape[0] - offset
+                left = leaf.shape[0] - (0 if meta[index] else offsets[index])
                 take = left if left <= room[index] else room[index]
                 if take < left:
                     whole = False
@@ -267,28 +341,28 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
                     values, segments, positions = feature
                     start = lengths[index] - room[index]
                     end = start + take
-                    offset = offsets[index]
+                    offset = 0 if meta[index] else offsets[index]
                     values[start:end] = leaves[index][offset : offset + take]
                     if bos[index]:
                         values[start] = dataset._bos_token_id
                     segments[start:end] = segment
                     positions[start:end] = arange[:take]
                     room[index] -= take
+            if alone is not None:
+                continue
             if whole:
                 self._partial = None
                 self._offsets = self._zeros
             else:
-                # Nothing more goes into this example: the rest opens the next one.
+                # Nothing more goes into this example: the rest opens the next one (meta
+                # features whole again).
                 self._partial = leaves
-                self._offsets = [o + t for o, t in zip(offsets, takes, strict=True)]
+                self._offsets = [
+                    0 if meta[i] else o + t
+                    for i, (o, t) in enumerate(zip(offsets, takes, strict=True))
+                ]
                 break
-        if not segment:
-            raise StopIteration
-        for index, feature in enumerate(arrays):
-            if feature is None:
-                arrays[index] = self._allocate(index)
-        values, segments, positions = zip(*arrays, strict=True)  # type: ignore[misc]
-        return layout.assemble(list(values), list(segments), list(positions))
+        return arrays, segment
 
     def _allocate(self, index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         length = self._layout.lengths[index]
@@ -298,17 +372,35 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
             np.zeros(length, dtype=SEGMENT_DTYPE),
         )
 
+    # -- state -----------------------------------------------------------------------------
+
     def get_state(self) -> dict[str, Any]:
-        if self._partial is not None or any(self._offsets):
-            return {"parent": self._anchor, "offsets": list(self._offsets)}
-        return {"parent": self._parent.get_state(), "offsets": list(self._zeros)}
+        pending = self._partial is not None or any(self._offsets)
+        if pending:
+            state = {"parent": self._anchor, "offsets": list(self._offsets)}
+        else:
+            state = {"parent": self._parent.get_state(), "offsets": list(self._zeros)}
+        if self._dataset._split_full:
+            return state
+        # Replay from before the first waiting element: the elements read since, and
+        # whether the last of them is the pending one.
+        replay = 1 if pending else 0
+        if self._waiting:
+            first = self._waiting[0]
+            state["parent"] = first.before
+            replay = self._read - first.number + 1
+        state.update(replay=replay, pending=pending, emitted=self._emitted)
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         stage = repr(self._dataset)
-        fields = ("parent", "offsets")
+        fields: tuple[str, ...] = ("parent", "offsets")
+        flags: tuple[str, ...] = ()
+        if not self._dataset._split_full:
+            fields, flags = (*fields, "replay", "pending", "emitted"), ("pending", "emitted")
         # check_state checks the keys; the offsets, a list, are checked here.
         shown = {**state, "offsets": 0} if isinstance(state, dict) and "offsets" in state else state
-        check_state(shown, stage, fields)
+        check_state(shown, stage, fields, flags=flags)
         offsets = state["offsets"]
         count = self._layout.count
         if (
@@ -322,9 +414,31 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
             )
         self._parent.set_state(state["parent"])
         self._partial = None
-        if any(offsets):
-            self._anchor = state["parent"]
-            self._offsets = list(offsets)
-        else:
-            self._anchor = None
-            self._offsets = self._zeros
+        self._waiting.clear()
+        self._read = 0
+        if self._dataset._split_full:
+            self._anchor = state["parent"] if any(offsets) else None
+            self._offsets = list(offsets) if any(offsets) else self._zeros
+            return
+        self._emitted = state["emitted"]
+        self._anchor, self._offsets = None, self._zeros
+        self._replay(state["replay"], state["pending"], list(offsets))
+
+    def _replay(self, count: int, pending: bool, offsets: list[int]) -> None:
+        """Re-reads the `count` elements a no-split state covers (see get_state)."""
+        for number in range(1, count + 1):
+            before = self._parent.get_state()
+            try:
+                element = next(self._parent)
+            except StopIteration:
+                raise ValueError(
+                    f"cannot resume {self._dataset!r}: its state replays {count} elements "
+                    "but the parent ends sooner. The state is from a different pipeline or data."
+                ) from None
+            self._read = number
+            leaves = self._layout.checked_leaves(element, self._dtypes)
+            if number == count and pending:
+                self._partial, self._offsets, self._anchor = leaves, offsets, before
+            elif any(leaf.shape[0] for leaf in leaves) and self._is_full(leaves):
+                self._waiting.append(_Waiting(leaves, before, number))
+            # Any other element was output already.

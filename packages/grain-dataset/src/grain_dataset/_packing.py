@@ -29,13 +29,19 @@ too): for every feature ``k``, ``k`` (the packed tokens, padded with 0 or the
 element, 2 for the second, ...; 0 on padding) and ``k_positions`` (int32: the
 token's index within its element; 0 on padding). Segment ids count elements,
 so the features of one element share an id. Features named in
-`meta_features` are packed but get no ids or positions. Any other element
+`meta_features` are packed but get no ids or positions; a meta feature that
+`length_struct` lacks is not packed: each example lists its elements' values
+of it (``{"id": [3, 7]}``), as Grain does. With `pack_alignment_struct`, every
+element of a feature starts at a multiple of that feature's alignment (the
+room after an element is rounded up to it). Any other element
 structure (a tuple, a list, a bare array) gives the tuple
 ``(packed, segment_ids, positions)``, three trees shaped like `length_struct`.
 
 Elements: every leaf named by `length_struct` must be a 1-D array (or a list
-numpy turns into one) of one dtype for the whole stream; the element must
-have exactly the features of `length_struct`. A feature longer than its
+numpy turns into one) of one dtype for the whole stream (a scalar is one
+token); the element must have exactly the features of `length_struct` (and
+the listed meta features): Grain drops other features silently, this raises
+so that nothing is lost unnoticed. A feature longer than its
 packed length raises a ValueError, as in Grain: silently cutting it would
 lose tokens, so truncate elements before packing (or split them with
 ConcatThenSplitIterDataset). Elements with no tokens at all are skipped.
@@ -147,6 +153,8 @@ class Layout:
         self.flat_keys: tuple[str, ...] | None = None
         if self.dict_format and all(len(path) == 1 for path in self.paths):
             self.flat_keys = tuple(path[0] for path in self.paths)
+        # Meta features not in `length_struct` (first/best fit): each bin lists their values.
+        self.list_meta: tuple[str, ...] = ()
         self.meta = self._meta_flags(meta_features)
         if self.dict_format:
             self._check_suffix_clashes()
@@ -164,11 +172,31 @@ class Layout:
             )
         unknown = [name for name in names if name not in (self.flat_keys or ())]
         if unknown:
-            raise ValueError(
-                f"`meta_features` names {unknown}, which `length_struct` lacks "
-                f"(its features: {list(self.flat_keys or ())})."
-            )
+            if not all(isinstance(name, str) for name in unknown):
+                raise TypeError(f"`meta_features` must be feature names (str), got {unknown!r}.")
+            self.list_meta = tuple(unknown)
         return [path[0] in names for path in self.paths] if names else [False] * self.count
+
+    def allow_list_meta(self, allowed: bool) -> None:
+        """Stages that cannot list meta features refuse names `length_struct` lacks."""
+        if self.list_meta and not allowed:
+            raise ValueError(
+                f"`meta_features` names {list(self.list_meta)}, which `length_struct` lacks "
+                f"(its features: {list(self.flat_keys or ())}); {self.stage} packs only "
+                "features with a packed length."
+            )
+
+    def list_meta_values(self, element: Any) -> tuple[Any, ...]:
+        """The element's values of the meta features `length_struct` lacks."""
+        if not self.list_meta:
+            return ()
+        try:
+            return tuple(element[name] for name in self.list_meta)
+        except (KeyError, TypeError):
+            missing = [name for name in self.list_meta if name not in element]
+            raise ValueError(
+                f"{self.stage}: element lacks the meta features {missing} named in `meta_features`."
+            ) from None
 
     def _check_suffix_clashes(self) -> None:
         taken = set(self.paths)
@@ -186,6 +214,8 @@ class Layout:
     def leaves(self, element: Any) -> list[Any]:
         """The element's leaves in `paths` order; raises if the structure differs."""
         out: list[Any] = []
+        if self.list_meta and isinstance(element, Mapping):
+            element = {k: v for k, v in element.items() if k not in self.list_meta}
         self._walk(element, self.skeleton, element, (), out)
         return out
 
@@ -232,6 +262,12 @@ class Layout:
 
         A scalar is a sequence of one token, as in Grain.
         """
+        if isinstance(leaf, Mapping):
+            raise ValueError(
+                f"{self.stage}: feature {self.names[index]} of an element is a dict with keys "
+                f"{sorted(leaf)}, where `length_struct` has one packed length: make "
+                "`length_struct` mirror the elements' structure, e.g. {key: length}."
+            )
         if type(leaf) is not np.ndarray:
             leaf = np.asarray(leaf)
         if leaf.ndim == 0:
@@ -253,7 +289,11 @@ class Layout:
         """The element's leaves as checked 1-D arrays; the first element fixes `dtypes`."""
         keys = self.flat_keys
         leaves = None
-        if keys is not None and type(element) is dict and len(element) == len(keys):
+        if (
+            keys is not None
+            and type(element) is dict
+            and len(element) == len(keys) + len(self.list_meta)
+        ):
             try:
                 leaves = [element[key] for key in keys]
             except KeyError:
@@ -368,15 +408,22 @@ class _PackIterDataset(IterDataset[Any]):
         self._seed = stage_seed(self, seed, name) if shuffle_bins else None
         if seed is not None and not shuffle_bins:
             explicit_seed(seed)
-        for argument, value in (
-            ("shuffle_bins_group_by_feature", shuffle_bins_group_by_feature),
-            ("pack_alignment_struct", pack_alignment_struct),
-        ):
-            if value is not None:
-                raise NotImplementedError(
-                    f"`{argument}` is not supported by {name} in this implementation; "
-                    "leave it None."
-                )
+        if shuffle_bins_group_by_feature is not None:
+            raise NotImplementedError(
+                f"`shuffle_bins_group_by_feature` is not supported by {name} in this "
+                "implementation; leave it None (bins are shuffled as one group)."
+            )
+        # pack_alignment_struct: each element's tokens start at a multiple of its feature's
+        # alignment (the room after an element is rounded up to it).
+        self._align: list[int] | None = None
+        if pack_alignment_struct is not None:
+            aligns = self._layout.flat_values(pack_alignment_struct, "pack_alignment_struct")
+            self._align = [
+                _validate.int_in_range(value, f"pack_alignment_struct[{name_}]", 1)
+                for value, name_ in zip(aligns, self._layout.names, strict=True)
+            ]
+            if all(value == 1 for value in self._align):
+                self._align = None
         if padding_struct is None:
             self._padding = [0] * self._layout.count
         else:
@@ -417,10 +464,13 @@ class FirstFitPackIterDataset(_PackIterDataset):
       num_packing_bins: bins packed at once; more bins, less padding.
       seed: seed of the bin shuffle, in [0, 2**32); None takes `ds.seed(...)`'s.
       shuffle_bins: emit each group's bins in a random order instead of bin order.
-      meta_features: features packed without segment ids and positions.
+      meta_features: features packed without segment ids and positions; those
+        `length_struct` lacks are listed per example instead of packed.
+      pack_alignment_struct: the alignment of every feature (default 1): each
+        element starts at a multiple of it.
       padding_struct: the padding value of every feature (default 0).
       max_sequences_per_bin: at most this many elements in one bin.
-      shuffle_bins_group_by_feature, pack_alignment_struct: not supported (must be None).
+      shuffle_bins_group_by_feature: not supported (must be None).
 
     Example::
 
@@ -501,7 +551,9 @@ class _PackIterator(DatasetIterator[Any]):
         self._consumed = 0
         self._emitted = 0
         self._order: list[int] | None = None  # the bins being emitted, once flushing
-        self._pending: tuple[list[np.ndarray], list[int], Any] | None = None
+        self._pending: tuple[list[np.ndarray], list[int], Any, tuple[Any, ...]] | None = None
+        # Per bin: the values of the meta features `length_struct` lacks, one tuple each.
+        self._extras: list[list[tuple[Any, ...]]] = [[] for _ in range(bins)]
 
     def _prepare(self, element: Any) -> tuple[list[np.ndarray], list[int]] | None:
         """The element's checked leaves and lengths (truncated to fit); None if it is empty."""
@@ -544,7 +596,15 @@ class _PackIterator(DatasetIterator[Any]):
         chosen = int(fits.argmax())
         return chosen if fits[chosen] else -1
 
-    def _insert(self, chosen: int, leaves: list[np.ndarray], lengths: list[int]) -> None:
+    def _insert(
+        self,
+        chosen: int,
+        leaves: list[np.ndarray],
+        lengths: list[int],
+        extras: tuple[Any, ...] = (),
+    ) -> None:
+        if extras:
+            self._extras[chosen].append(extras)
         arrays = self._arrays[chosen]
         if arrays is None:
             arrays = self._arrays[chosen] = self._allocate()
@@ -562,6 +622,17 @@ class _PackIterator(DatasetIterator[Any]):
                 if segments is not None:  # None for meta features
                     segments[start:end] = segment
                     positions[start:end] = arange[:size]
+        align = self._dataset._align
+        if align is not None:
+            # The next element starts at the next multiple of the alignment (or the end).
+            capacity = self._layout.lengths
+            advanced = []
+            for index, size in enumerate(lengths):
+                start = fills[index] - size
+                stop = min(-(-fills[index] // align[index]) * align[index], capacity[index])
+                fills[index] = stop if size else fills[index]
+                advanced.append(stop - start if size else 0)
+            lengths = advanced
         if self._columns == 1:
             self._remaining_0[chosen] -= lengths[0]
         else:
@@ -597,6 +668,7 @@ class _PackIterator(DatasetIterator[Any]):
         """
         parent = self._parent
         prepare, choose, insert = self._prepare, self._choose, self._insert
+        extras_of = self._layout.list_meta_values
         while limit is None or self._consumed < limit:
             # The state before each element: the next group starts before the one that
             # does not fit, and which one that is shows only after reading it.
@@ -607,11 +679,12 @@ class _PackIterator(DatasetIterator[Any]):
             if prepared is None:
                 continue
             leaves, lengths = prepared
+            extras = extras_of(element)
             chosen = choose(lengths)
             if chosen < 0:
-                self._pending = (leaves, lengths, before)
+                self._pending = (leaves, lengths, before, extras)
                 return True
-            insert(chosen, leaves, lengths)
+            insert(chosen, leaves, lengths, extras)
         return False
 
     def _start_flush(self) -> None:
@@ -627,18 +700,21 @@ class _PackIterator(DatasetIterator[Any]):
         """After a flush: an empty group that starts with the element that did not fit."""
         pending = self._pending
         assert pending is not None
-        leaves, lengths, before = pending
+        leaves, lengths, before, extras = pending
         self._group += 1
         self._reset_bins()
         self._anchor = before
         self._consumed = 1
-        self._insert(0, leaves, lengths)
+        self._insert(0, leaves, lengths, extras)
 
     def _emit(self, chosen: int) -> Any:
         arrays = self._arrays[chosen]
         assert arrays is not None
         values, segments, positions = zip(*arrays, strict=True)
-        return self._layout.assemble(list(values), list(segments), list(positions))
+        out = self._layout.assemble(list(values), list(segments), list(positions))
+        for column, name in enumerate(self._layout.list_meta):
+            out[name] = [extras[column] for extras in self._extras[chosen]]
+        return out
 
     # -- the protocol --------------------------------------------------------------------
 
