@@ -119,6 +119,27 @@ def extra_parameters(obj: object, grain_params: list[list]) -> list[str]:
     ]
 
 
+def _tail(name: str, parts: int) -> str:
+    return ".".join(name.split(".")[-parts:])
+
+
+def lookup(section: dict[str, str], name: str) -> str | None:
+    """A note for `name`, or for the same object under another namespace (grain.python.X
+    is grain.X): matched on the class and method, or the last name."""
+    if name in section:
+        return section[name]
+    parts = _parts(name)
+    for key, note in section.items():
+        if _parts(key) == parts and _tail(key, parts) == _tail(name, parts):
+            return note
+    return None
+
+
+def _parts(name: str) -> int:
+    """2 for a method (Class.method), 1 for a name in a module."""
+    return 2 if name.rsplit(".", 2)[-2][:1].isupper() else 1
+
+
 def status(name: str, info: dict, notes: dict) -> tuple[str, str]:
     if name in notes["absent"]:
         return "absent", notes["absent"][name]
@@ -128,9 +149,12 @@ def status(name: str, info: dict, notes: dict) -> tuple[str, str]:
         for key, why in notes["different"].items()
         if key.split(":")[0] in (name, owner)
     ]
+    behaviour = lookup(notes.get("behaviour", {}), owner)
+    if behaviour:
+        reasons.append(behaviour)
     if reasons:
         return "differs", "; ".join(reasons)
-    how = notes["extended"].get(name) or notes["extended"].get(owner)
+    how = lookup(notes["extended"], owner)
     try:
         obj = resolve(name)
     except (AttributeError, ImportError):
@@ -147,7 +171,7 @@ def harness_summary() -> str:
     if not RESULTS.exists():
         return "The differential harness has not been run in this checkout.\n"
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
-    counts = collections.Counter(row.get("verdict", "?") for row in rows)
+    counts = collections.Counter(row.get("class", "?") for row in rows)
     lines = [
         f"The last run of `tools/differential/run.py` compared **{len(rows)} calls** of the "
         "public API in Grain 0.2.18 and here (result, exception type, state shape):",
@@ -156,6 +180,11 @@ def harness_summary() -> str:
         "|---|---|",
     ]
     lines += [f"| {verdict} | {count} |" for verdict, count in sorted(counts.items())]
+    lines += [
+        "",
+        "Each difference by design has its reason in `tools/differential/bydesign.py`; "
+        "`tools/differential/summary.md` lists them case by case.",
+    ]
     return "\n".join(lines) + "\n"
 
 
