@@ -67,7 +67,7 @@ bin hands those arrays out without copying.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -137,7 +137,7 @@ class Layout:
     flattens and checks one element; `assemble(...)` builds the output.
     """
 
-    def __init__(self, length_struct: Any, meta_features: Sequence[str], stage: str):
+    def __init__(self, length_struct: Any, meta_features: Collection[str], stage: str):
         flat: list[tuple[tuple[Any, ...], int]] = []
         _flatten_lengths(length_struct, (), flat)
         self.stage = stage
