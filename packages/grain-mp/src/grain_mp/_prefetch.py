@@ -64,9 +64,9 @@ from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset._prefetch import set_worker_slice
-from grain_dataset._state import check_state
 from grain_mp import _start
 from grain_mp._options import MultiprocessingOptions
+from grain_mp._round_robin import check_round_robin_state, round_robin_state
 from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
 from grain_mp._transport import SegmentPool, SegmentReader
 
@@ -591,36 +591,20 @@ class _MultiprocessIterator(DatasetIterator[Any]):
     # -- the DatasetIterator contract --------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
-        state = {"next_worker": self._next_worker, "parents": list(self._states)}
-        if self._dataset._sequential_slice:
-            state["sequential_slice"] = 1
-        return state
+        return round_robin_state(self._next_worker, self._states, self._dataset._sequential_slice)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        stage = repr(self._dataset)
-        keys: tuple[str, ...] = ("next_worker", "parents")
-        if self._dataset._sequential_slice:
-            keys += ("sequential_slice",)
-        check_state(state, stage, keys)
-        workers = state["parents"]
-        if not isinstance(workers, list) or len(workers) != self._count:
-            raise ValueError(
-                f"state {state!r} does not fit {stage}: it needs one entry per worker "
-                f"({self._count}); a checkpoint taken with another num_workers cannot be "
-                "restored here."
-            )
-        if state["next_worker"] >= self._count:
-            raise ValueError(f"state['next_worker'] of {stage} must be < {self._count}.")
-        for index, entry in enumerate(workers):
-            if type(entry) is not self._state_type:
-                raise TypeError(
-                    f"state['parents'][{index}] of {stage} must be the state of worker "
-                    f"{index}'s pipeline, a {self._state_type.__name__} from get_state(), "
-                    f"got {type(entry).__name__}; the state is corrupt or from another pipeline."
-                )
+        next_worker, states = check_round_robin_state(
+            state,
+            repr(self._dataset),
+            self._count,
+            self._state_type,
+            self._dataset._sequential_slice,
+            "worker",
+        )
         self._stop()
-        self._next_worker = state["next_worker"]
-        self._states = list(workers)
+        self._next_worker = next_worker
+        self._states = states
         self._ended = [False] * self._count
 
     def start_prefetch(self) -> None:
