@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 import numpy as np
 
 from grain_dataset import _state_file
-from grain_dataset._config import config
+from grain_dataset._config import debug_mode
 from grain_dataset._guard import guard, unguard
 from grain_index import _validate, derive_seed
 
@@ -540,7 +540,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
                     f"got {type(parent).__name__}."
                 )
             _adopt(self._ctx, parent)
-        if config.get_or_default("py_debug_mode"):
+        if debug_mode():
             _record_stats(self)
         # Until another iterator adopts it, this is the one its user calls: one thread
         # at a time inside it (see grain_dataset._guard).

@@ -39,6 +39,8 @@ _GUARDED_METHODS = ("__next__", "get_state", "set_state", "close")
 _VARIANT = "_grain_guarded_variant"  # in a class's own __dict__: its guarded subclass
 _BASE = "_grain_guarded_base"  # in a guarded subclass's own __dict__: the class it guards
 _CLOSED = "_grain_closed_variant"  # a class's variant whose next() raises (closed)
+# The lock of every closed iterator (its remaining calls are rare: get_state, close).
+_CLOSED_LOCK = threading.RLock()
 
 
 def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -112,9 +114,11 @@ def _closing(close: Callable[..., Any]) -> Callable[..., Any]:
             return close(self)
         finally:
             # Only the iterator its user holds: stages inside may be closed and reopened.
-            # A next() already waiting for the lock sees the new lock and raises too.
-            self.__class__ = _closed_variant(type(self))
-            add_lock(self)
+            # A next() already waiting for the lock sees the lock swapped and raises too.
+            cls = type(self)
+            if cls.__dict__.get(_CLOSED) is not cls:  # not closed already
+                self.__class__ = _closed_variant(cls)
+                self.__dict__["_call_lock"] = _CLOSED_LOCK
 
     return close_
 
