@@ -22,15 +22,13 @@ Threads are daemons that hold no reference to the iterator: closing it,
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
-import sys
 import threading
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset._prefetch import set_worker_slice
-from grain_mp._round_robin import check_round_robin_state, round_robin_state
+from grain_mp._round_robin import RoundRobinIterator
 
 _POLL_S = 0.1
 _ELEMENT, _END, _ERROR = "element", "end", "error"
@@ -152,24 +150,11 @@ def _thread_main(
                 iterator.close()
 
 
-class _MultithreadIterator(DatasetIterator[Any]):
-    # For statistics: its calls wait on the threads.
-    _STATS_ASYNC = True
+class _MultithreadIterator(RoundRobinIterator):
+    _READER = "thread"
 
     def __init__(self, dataset: MultithreadPrefetchIterDataset):
-        super().__init__()
-        self._dataset = dataset
-        count = dataset._num_threads
-        self._count = count
-        # A fresh pipeline's state (the same shape in every thread), as mp_prefetch keeps.
-        fresh = iter(dataset._parents[0])
-        initial = json.dumps(fresh.get_state())
-        fresh.close()
-        self._states: list[Any] = [json.loads(initial) for _ in range(count)]
-        self._state_type = type(self._states[0])
-        self._ended = [False] * count
-        self._next_worker = 0
-        self._boxes: list[_Slice] | None = None
+        super().__init__(dataset, dataset._num_threads)
 
     def _start(self) -> list[_Slice]:
         dataset = self._dataset
@@ -196,7 +181,7 @@ class _MultithreadIterator(DatasetIterator[Any]):
         return boxes
 
     def _stop(self) -> None:
-        boxes, self._boxes = self._boxes, None
+        boxes, self._readers = self._readers, None
         for box in boxes or ():
             box.stop.set()
             # Read ahead, never returned: the states stay before them.
@@ -205,16 +190,16 @@ class _MultithreadIterator(DatasetIterator[Any]):
                     box.queue.get_nowait()
 
     def __next__(self) -> Any:
-        if self._boxes is None:
+        if self._readers is None:
             if all(self._ended):
                 raise StopIteration
-            self._boxes = self._start()
+            self._readers = self._start()
         while not all(self._ended):
             index = self._next_worker
             if self._ended[index]:
                 self._next_worker = (index + 1) % self._count
                 continue
-            kind, payload, state = self._boxes[index].queue.get()
+            kind, payload, state = self._readers[index].queue.get()
             if kind == _ERROR:
                 self._stop()
                 raise payload
@@ -226,36 +211,6 @@ class _MultithreadIterator(DatasetIterator[Any]):
             return payload
         self._stop()
         raise StopIteration
-
-    def get_state(self) -> dict[str, Any]:
-        return round_robin_state(self._next_worker, self._states, self._dataset._sequential_slice)
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        next_worker, states = check_round_robin_state(
-            state,
-            repr(self._dataset),
-            self._count,
-            self._state_type,
-            self._dataset._sequential_slice,
-            "thread",
-        )
-        self._stop()
-        self._next_worker = next_worker
-        self._states = states
-        self._ended = [False] * self._count
-
-    def start_prefetch(self) -> None:
-        if self._boxes is None and not all(self._ended):
-            self._boxes = self._start()
-
-    def close(self) -> None:
-        self._stop()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            if sys.is_finalizing():
-                return
-            self._stop()
 
     def __repr__(self) -> str:
         return f"MultithreadPrefetchIterator(threads={self._count}, next={self._next_worker})"

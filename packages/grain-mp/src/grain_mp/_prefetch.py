@@ -49,12 +49,10 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
-import json
 import multiprocessing
 import os
 import pickle
 import signal
-import sys
 import time
 import traceback
 import warnings
@@ -66,7 +64,7 @@ from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset._prefetch import set_worker_slice
 from grain_mp import _start
 from grain_mp._options import MultiprocessingOptions
-from grain_mp._round_robin import check_round_robin_state, round_robin_state
+from grain_mp._round_robin import RoundRobinIterator
 from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
 from grain_mp._transport import SegmentPool, SegmentReader
 
@@ -366,31 +364,14 @@ class _Worker:
             process.close()
 
 
-class _MultiprocessIterator(DatasetIterator[Any]):
-    # For statistics: its calls wait on the worker processes.
-    _STATS_ASYNC = True
-
+class _MultiprocessIterator(RoundRobinIterator):
     def __init__(self, dataset: MultiprocessPrefetchIterDataset):
-        super().__init__()
-        self._dataset = dataset
         count = dataset._options.num_workers
-        self._count = count
-        # A fresh pipeline's state (the same in every worker: slicing changes positions,
-        # not the state's shape), so that states keep one shape from the start.
-        fresh = iter(dataset._parents[0])
-        initial = json.dumps(fresh.get_state())
-        fresh.close()
-        self._states: list[Any] = [json.loads(initial) for _ in range(count)]
-        # What every worker's state must be (a dict for every grain stage): a worker
-        # given None, say, would silently start its share from the beginning.
-        self._state_type = type(self._states[0])
-        self._ended = [False] * count
+        super().__init__(dataset, count)
         # Elements received in a group but not yet returned, per worker.
         self._inbox: list[collections.deque[tuple[Any, Any]]] = [
             collections.deque() for _ in range(count)
         ]
-        self._next_worker = 0
-        self._workers: list[_Worker] | None = None
         self._reader: SegmentReader | None = None
         # Credits are returned in groups (one write per group, not per element), but
         # soon enough that a worker always has half its buffer to fill.
@@ -474,7 +455,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         _RUNNING.discard(self)
         for inbox in self._inbox:
             inbox.clear()  # read ahead, never returned: the states stay before them
-        workers, self._workers = self._workers, None
+        workers, self._readers = self._readers, None
         pids = []
         for worker in workers or ():
             pids.append(worker.process.pid)
@@ -494,7 +475,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         inherited), so the worker's death ends the pipe and the read with it.
         What it sent before dying is still delivered first.
         """
-        worker = self._workers[index]  # type: ignore[index]
+        worker = self._readers[index]  # type: ignore[index]
         try:
             return worker.out.recv()
         except EOFError:
@@ -527,10 +508,10 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         )
 
     def __next__(self) -> Any:
-        if self._workers is None:
+        if self._readers is None:
             if all(self._ended):
                 raise StopIteration
-            self._workers = self._start()
+            self._readers = self._start()
         while not all(self._ended):
             index = self._next_worker
             if self._ended[index]:
@@ -563,7 +544,7 @@ class _MultiprocessIterator(DatasetIterator[Any]):
                         self._held[owner].discard(name)
                 self._owed[index] += 1
                 if self._owed[index] >= self._grant_every:
-                    self._workers[index].grant(self._owed[index], self._released[index])
+                    self._readers[index].grant(self._owed[index], self._released[index])
                     self._owed[index], self._released[index] = 0, []
                 return element
             if kind == _END:
@@ -589,37 +570,6 @@ class _MultiprocessIterator(DatasetIterator[Any]):
         raise error
 
     # -- the DatasetIterator contract --------------------------------------------------------
-
-    def get_state(self) -> dict[str, Any]:
-        return round_robin_state(self._next_worker, self._states, self._dataset._sequential_slice)
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        next_worker, states = check_round_robin_state(
-            state,
-            repr(self._dataset),
-            self._count,
-            self._state_type,
-            self._dataset._sequential_slice,
-            "worker",
-        )
-        self._stop()
-        self._next_worker = next_worker
-        self._states = states
-        self._ended = [False] * self._count
-
-    def start_prefetch(self) -> None:
-        if self._workers is None and not all(self._ended):
-            self._workers = self._start()
-
-    def close(self) -> None:
-        self._stop()
-
-    def __del__(self) -> None:
-        # At interpreter exit module globals may already be gone: stay silent.
-        with contextlib.suppress(Exception):
-            if sys.is_finalizing():
-                return
-            self._stop()
 
     def __repr__(self) -> str:
         return f"MultiprocessPrefetchIterator(workers={self._count}, next={self._next_worker})"

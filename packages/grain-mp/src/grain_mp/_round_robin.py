@@ -1,15 +1,25 @@
-"""The state of a round robin over N readers, shared by mp_prefetch and multithread_prefetch.
+"""A round robin over N readers, shared by mp_prefetch (processes) and multithread_prefetch.
 
-``{"next_worker": w, "parents": [state of reader i, ...]}`` (and
-``"sequential_slice": 1`` when the readers read contiguous slices): whose turn
-is next, and where each reader's own pipeline is. Both prefetchers write and
-check it the same way, so a state of one restores the other.
+Each reader runs its slice of the parent pipeline; the iterator returns their
+elements in turn. `RoundRobinIterator` keeps what both need: whose turn it is,
+each reader's pipeline state, which readers ended, and the state format
+
+    {"next_worker": w, "parents": [state of reader i, ...]}
+
+(with ``"sequential_slice": 1`` when the readers read contiguous slices). Both
+prefetchers write and check it the same way, so a state of one restores the
+other. A subclass starts (`_start`) and stops (`_stop`) its readers.
 """
 
 from __future__ import annotations
 
+import abc
+import contextlib
+import json
+import sys
 from typing import Any
 
+from grain_dataset import DatasetIterator
 from grain_dataset._state import check_state
 
 
@@ -49,3 +59,68 @@ def check_round_robin_state(
                 f"got {type(entry).__name__}; the state is corrupt or from another pipeline."
             )
     return state["next_worker"], list(parents)
+
+
+class RoundRobinIterator(DatasetIterator[Any]):
+    """The iterator of a prefetcher that runs `count` readers of `dataset`'s parent."""
+
+    # For statistics: its calls wait on the readers.
+    _STATS_ASYNC = True
+    # How messages name one reader.
+    _READER = "worker"
+
+    def __init__(self, dataset: Any, count: int):
+        super().__init__()
+        self._dataset = dataset
+        self._count = count
+        # A fresh pipeline's state (the same in every reader: slicing changes positions,
+        # not the state's shape), so that states keep one shape from the start.
+        fresh = iter(dataset._parents[0])
+        initial = json.dumps(fresh.get_state())
+        fresh.close()
+        self._states: list[Any] = [json.loads(initial) for _ in range(count)]
+        # What every reader's state must be (a dict for every grain stage): a reader
+        # given None, say, would silently start its share from the beginning.
+        self._state_type = type(self._states[0])
+        self._ended = [False] * count
+        self._next_worker = 0
+        self._readers: list[Any] | None = None  # while started
+
+    @abc.abstractmethod
+    def _start(self) -> list[Any]:
+        """Starts the readers at `_states` (those not `_ended`); returns them."""
+
+    @abc.abstractmethod
+    def _stop(self) -> None:
+        """Stops the readers (sets `_readers` to None); what they read ahead is dropped."""
+
+    def get_state(self) -> dict[str, Any]:
+        return round_robin_state(self._next_worker, self._states, self._dataset._sequential_slice)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        next_worker, states = check_round_robin_state(
+            state,
+            repr(self._dataset),
+            self._count,
+            self._state_type,
+            self._dataset._sequential_slice,
+            self._READER,
+        )
+        self._stop()
+        self._next_worker = next_worker
+        self._states = states
+        self._ended = [False] * self._count
+
+    def start_prefetch(self) -> None:
+        if self._readers is None and not all(self._ended):
+            self._readers = self._start()
+
+    def close(self) -> None:
+        self._stop()
+
+    def __del__(self) -> None:
+        # At interpreter exit module globals may already be gone: stay silent.
+        with contextlib.suppress(Exception):
+            if sys.is_finalizing():
+                return
+            self._stop()
