@@ -624,12 +624,10 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
 
 def _record_stats(iterator: DatasetIterator[Any]) -> None:
-    """Debug mode: every iterator records statistics, and `grain.monitoring` lists it."""
+    """Debug mode: every iterator records statistics (and `grain.monitoring` lists it)."""
     from grain_dataset._stats import track
-    from grain_dataset.monitoring import watch
 
     track(iterator)
-    watch(iterator)
 
 
 def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:

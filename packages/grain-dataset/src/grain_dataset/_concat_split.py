@@ -263,16 +263,17 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
     # -- building examples ---------------------------------------------------------------
 
     def __next__(self) -> Any:
-        if self._waiting:
-            return self._output(*self._build([self._waiting.popleft().leaves]))
-        arrays, segment = self._build(None)
-        if not segment:
-            if self._waiting:  # the end, with full-length elements still waiting
-                return self._output(*self._build([self._waiting.popleft().leaves]))
-            raise StopIteration
-        return self._output(arrays, segment)
+        if not self._waiting:
+            arrays, segment = self._build(None)
+            if segment:
+                return self._output(arrays)
+            if not self._waiting:
+                raise StopIteration
+        # Full-length elements waiting (split_full_length_features=False), each one alone.
+        arrays, _ = self._build([self._waiting.popleft().leaves])
+        return self._output(arrays)
 
-    def _output(self, arrays: list[Any], segment: int) -> Any:
+    def _output(self, arrays: list[Any]) -> Any:
         self._emitted = True
         for index, feature in enumerate(arrays):
             if feature is None:

@@ -625,13 +625,13 @@ class _PackIterator(DatasetIterator[Any]):
         align = self._dataset._align
         if align is not None:
             # The next element starts at the next multiple of the alignment (or the end).
+            # Fills are always aligned (or at the end), so an empty feature stays put.
             capacity = self._layout.lengths
             advanced = []
             for index, size in enumerate(lengths):
-                start = fills[index] - size
                 stop = min(-(-fills[index] // align[index]) * align[index], capacity[index])
-                fills[index] = stop if size else fills[index]
-                advanced.append(stop - start if size else 0)
+                advanced.append(stop - (fills[index] - size))
+                fills[index] = stop
             lengths = advanced
         if self._columns == 1:
             self._remaining_0[chosen] -= lengths[0]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,8 +188,18 @@ def _timed_class(cls: type[Any], record: _Record) -> type:
     return timed
 
 
+# Every iterator `track` was called on, while it lives (grain.monitoring lists them).
+_TRACKED: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def tracked_iterators() -> list[Any]:
+    """The live iterators `track` started recording in."""
+    return list(_TRACKED)
+
+
 def track(iterator: Any) -> Any:
     """Starts recording statistics in `iterator` and every iterator it reads from."""
+    _TRACKED.add(iterator)
     pending = [iterator]
     while pending:
         it = pending.pop()

@@ -12,7 +12,6 @@ from typing import Any
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
 from grain_dataset._stats import track
-from grain_dataset.monitoring import watch
 
 
 class WithOptionsIterDataset(IterDataset[Any]):
@@ -41,7 +40,6 @@ class WithOptionsIterDataset(IterDataset[Any]):
         ctx.dataset_options = self._options.merge(ctx.dataset_options)
         if ctx.dataset_options.execution_tracking_mode is ExecutionTrackingMode.STAGE_TIMING:
             track(iterator)
-            watch(iterator)
         return iterator
 
     def __repr__(self) -> str:

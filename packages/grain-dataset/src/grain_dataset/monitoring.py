@@ -15,8 +15,8 @@ labels, passed positionally: ``counter.Increment("decode")``.
 The library records its own metrics here (``record_bytes_read_and_latency``
 and the other ``record_*`` functions), and `pipeline_stats()` returns the
 per-stage statistics of every live pipeline iterator that records them: those
-with ``ExecutionTrackingMode.STAGE_TIMING``, or all of them under
-``grain.config.update("py_debug_mode", True)``.
+with ``ExecutionTrackingMode.STAGE_TIMING`` or passed to ``track_stats``, or all
+of them under ``grain.config.update("py_debug_mode", True)``.
 
 Example::
 
@@ -34,11 +34,10 @@ import dataclasses
 import enum
 import math
 import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from grain_dataset._stats import PipelineStats, collect
+from grain_dataset._stats import PipelineStats, collect, tracked_iterators
 
 
 class Units(enum.Enum):
@@ -329,14 +328,6 @@ def record_autotune_usl_coeff(node_name: str, name: str, value: float) -> None:
     _AUTOTUNE.Set(value, node_name, f"usl_{name}")
 
 
-_PIPELINES: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def watch(iterator: Any) -> None:
-    """Lists `iterator` (a tracked pipeline's iterator) in `pipeline_stats()` while it lives."""
-    _PIPELINES.add(iterator)
-
-
 def pipeline_stats() -> list[PipelineStats]:
     """The statistics of every live, recording pipeline iterator that no other iterator reads.
 
@@ -344,7 +335,7 @@ def pipeline_stats() -> list[PipelineStats]:
     """
     from grain_dataset._guard import is_outermost
 
-    return [collect(it) for it in list(_PIPELINES) if is_outermost(it)]
+    return [collect(it) for it in tracked_iterators() if is_outermost(it)]
 
 
 def snapshot() -> dict[str, dict[str, Any]]:
