@@ -10,6 +10,7 @@ from grain_dataset import (
     MapTransform,
     ReadOptions,
     assert_equal_output_after_checkpoint,
+    without_fingerprint,
 )
 from grain_dataset._flat_map import FlatMapIterDataset, FlatMapMapDataset
 
@@ -115,11 +116,11 @@ def test_iter_yields_every_output_in_order():
 
 def test_iter_state_is_the_element_and_outputs_returned():
     it = iter(FlatMapIterDataset(iter_source(10), Copies()))
-    assert it.get_state() == {"parent": {"next_index": 0}, "emitted": 0}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 0}, "emitted": 0}
     assert [next(it) for _ in range(4)] == [1, 2, 2, 3]
     # Inside element 3: one of its three outputs returned.
     state = it.get_state()
-    assert state == {"parent": {"next_index": 3}, "emitted": 1}
+    assert without_fingerprint(state) == {"parent": {"next_index": 3}, "emitted": 1}
     rest = list(it)
     fresh = iter(FlatMapIterDataset(iter_source(10), Copies()))
     fresh.set_state(state)
@@ -128,7 +129,7 @@ def test_iter_state_is_the_element_and_outputs_returned():
     it = iter(FlatMapIterDataset(iter_source(10), Copies()))
     for _ in range(3):
         next(it)
-    assert it.get_state() == {"parent": {"next_index": 3}, "emitted": 0}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 3}, "emitted": 0}
 
 
 @pytest.mark.parametrize("n", [0, 1, 4, 13])
@@ -162,7 +163,7 @@ def test_iter_transform_error_drops_the_element_and_names_the_stage():
     with pytest.raises(KeyError, match="cannot split 1") as info:
         next(it)
     assert any("FlatMapIterDataset(FailsOn" in note for note in info.value.__notes__)
-    assert it.get_state() == {"parent": {"next_index": 2}, "emitted": 0}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 2}, "emitted": 0}
     assert list(it) == [2, -2, 3, -3]
 
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions
+from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions, without_fingerprint
 from grain_dataset._conformance import assert_equal_output_after_checkpoint
 from grain_dataset._file_iter import TFRecordIterDataset
 from grain_dataset._interleave import OPEN_THREAD_NAME, InterleaveIterDataset
@@ -233,7 +233,7 @@ def test_checkpoint_conformance_through_read_ahead_pipelines():
 
 def test_state_says_which_dataset_each_slot_reads_and_where():
     it = iter(InterleaveIterDataset(items_datasets(), cycle_length=3, iter_buffer_size=0))
-    assert it.get_state() == {
+    assert without_fingerprint(it.get_state()) == {
         "next_dataset": 3,
         "slot": 0,
         "iterators": [
@@ -244,7 +244,7 @@ def test_state_says_which_dataset_each_slot_reads_and_where():
     }
     # Dataset 1 was empty: 3 took its slot, to be read on that slot's next turn.
     assert [next(it) for _ in range(2)] == [0, 200]
-    assert it.get_state() == {
+    assert without_fingerprint(it.get_state()) == {
         "next_dataset": 4,
         "slot": 0,
         "iterators": [
@@ -259,7 +259,7 @@ def test_state_says_which_dataset_each_slot_reads_and_where():
 def test_slots_without_a_dataset_are_none_and_exhausted_ones_keep_their_last_state():
     it = iter(InterleaveIterDataset([[1], [2, 3]], cycle_length=3))
     assert list(it) == [1, 2, 3]
-    assert it.get_state() == {
+    assert without_fingerprint(it.get_state()) == {
         "next_dataset": 2,
         "slot": 2,
         "iterators": [

@@ -20,6 +20,7 @@ from grain_dataset import (
     MapDataset,
     ReadOptions,
     assert_equal_output_after_checkpoint,
+    without_fingerprint,
 )
 from grain_dataset._concat_split import BOSHandling, ConcatThenSplitIterDataset
 from grain_dataset._packing import BestFitPackIterDataset, FirstFitPackIterDataset
@@ -314,8 +315,8 @@ def test_restored_packing_state_is_small_and_replays_one_group(cls):
     for _ in range(10):
         next(iterator)
     state = iterator.get_state()
-    assert set(state) == {"parent", "consumed", "emitted", "group"}
-    assert len(json.dumps(state)) < 120  # positions only, never tokens
+    assert set(without_fingerprint(state)) == {"parent", "consumed", "emitted", "group"}
+    assert len(json.dumps(without_fingerprint(state))) < 120  # positions only, never tokens
     assert 0 < state["emitted"] < 4 or state["emitted"] == 0 < state["consumed"]
     fresh = iter(packed)
     fresh.set_state(state)
@@ -431,7 +432,7 @@ def test_concat_then_split_checkpoints():
     for _ in range(5):
         next(iterator)
     state = iterator.get_state()
-    assert set(state) == {"parent", "offsets"}
+    assert set(without_fingerprint(state)) == {"parent", "offsets"}
     assert len(state["offsets"]) == 2
 
 
@@ -444,7 +445,10 @@ def test_concat_then_split_checkpoints_after_exact_fills():
     assert_equal_output_after_checkpoint(ds)
     iterator = iter(ds)
     next(iterator)
-    assert iterator.get_state() == {"parent": {"next_index": 2}, "offsets": [0]}
+    assert without_fingerprint(iterator.get_state()) == {
+        "parent": {"next_index": 2},
+        "offsets": [0],
+    }
 
 
 def test_concat_then_split_bad_states():
@@ -638,7 +642,13 @@ def test_no_split_state_restores_in_a_fresh_iterator_at_every_step():
         it = iter(make())
         head = [next(it)["t"].tolist() for _ in range(k)]
         state = it.get_state()
-        assert set(state) == {"parent", "offsets", "replay", "pending", "emitted"}
+        assert set(without_fingerprint(state)) == {
+            "parent",
+            "offsets",
+            "replay",
+            "pending",
+            "emitted",
+        }
         fresh = iter(make())
         fresh.set_state(state)
         assert head + [o["t"].tolist() for o in fresh] == expected

@@ -23,6 +23,7 @@ from grain_dataset import (
     MapDataset,
     ReadOptions,
     WithOptionsIterDataset,
+    without_fingerprint,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -153,10 +154,10 @@ def test_to_iter_dataset_rejects_what_is_not_read_options():
 def test_state_is_the_position_after_the_last_returned_element(num_threads):
     ds = MapDataset.range(20).filter(lambda x: x % 4 == 0)
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads, prefetch_buffer_size=3)))
-    assert it.get_state() == {"next_index": 0}
+    assert without_fingerprint(it.get_state()) == {"next_index": 0}
     for expected in [0, 4, 8, 12, 16]:
         assert next(it) == expected
-        assert it.get_state() == {"next_index": expected + 1}
+        assert without_fingerprint(it.get_state()) == {"next_index": expected + 1}
     with pytest.raises(StopIteration):
         next(it)
     end = it.get_state()
@@ -172,7 +173,7 @@ def test_state_with_allow_nones_counts_every_position(num_threads):
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads), allow_nones=True))
     for k in range(10):
         next(it)
-        assert it.get_state() == {"next_index": k + 1}
+        assert without_fingerprint(it.get_state()) == {"next_index": k + 1}
     it.close()
 
 
@@ -266,11 +267,11 @@ def test_start_prefetch_reads_ahead_without_consuming():
         time.sleep(0.005)
     assert seen, "start_prefetch() started no reading"
     time.sleep(0.1)
-    assert it.get_state() == {"next_index": 0}
+    assert without_fingerprint(it.get_state()) == {"next_index": 0}
     with lock:
         assert len(seen) <= buffer_size, "read ahead beyond prefetch_buffer_size"
     assert next(it) == 0
-    assert it.get_state() == {"next_index": 1}
+    assert without_fingerprint(it.get_state()) == {"next_index": 1}
     assert list(it) == list(range(1, 100))
 
 
@@ -294,7 +295,7 @@ def test_start_prefetch_without_threads_changes_nothing():
     before = reader_threads()
     it = iter(MapDataset.range(5).to_iter_dataset(ReadOptions(num_threads=0)))
     it.start_prefetch()
-    assert it.get_state() == {"next_index": 0}
+    assert without_fingerprint(it.get_state()) == {"next_index": 0}
     assert list(it) == [0, 1, 2, 3, 4]
     assert not reader_threads() - before
 
@@ -328,10 +329,10 @@ def test_map_error_is_raised_at_its_position_with_its_own_type_and_traceback(num
     notes = getattr(error, "__notes__", [])
     assert any("explode" in note for note in notes), notes
     # The iterator stays at the failing element: it is read again.
-    assert it.get_state() == {"next_index": k}
+    assert without_fingerprint(it.get_state()) == {"next_index": k}
     with pytest.raises(BoomError):
         next(it)
-    assert it.get_state() == {"next_index": k}
+    assert without_fingerprint(it.get_state()) == {"next_index": k}
     # Stepping over it by state continues right after it.
     it.set_state({"next_index": k + 1})
     assert list(it) == [x * 10 for x in range(k + 1, 60)]
@@ -351,7 +352,7 @@ def test_filter_error_is_raised_at_its_position(num_threads):
     assert delivered == list(range(0, 21, 2))
     assert type(error) is BoomError
     assert any("picky" in note for note in error.__notes__)
-    assert it.get_state() == {"next_index": 21}
+    assert without_fingerprint(it.get_state()) == {"next_index": 21}
     it.close()
 
 
@@ -372,7 +373,7 @@ def test_source_error_is_raised_at_its_position(num_threads):
     assert delivered == list(range(12))
     assert type(error) is OSError
     assert str(error) == "disk"
-    assert it.get_state() == {"next_index": 12}
+    assert without_fingerprint(it.get_state()) == {"next_index": 12}
     it.close()
 
 

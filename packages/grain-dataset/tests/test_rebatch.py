@@ -16,6 +16,7 @@ from grain_dataset import (
     MapDataset,
     ReadOptions,
     assert_equal_output_after_checkpoint,
+    without_fingerprint,
 )
 from grain_dataset._rebatch import RebatchIterDataset
 
@@ -152,13 +153,13 @@ def test_chained_rebatches_checkpoint():
 
 def test_state_format():
     it = iter(RebatchIterDataset(parent_of([3, 3]), 2))
-    assert it.get_state() == {"parent": {"next_index": 0}, "offset": 0}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 0}, "offset": 0}
     next(it)  # rows 0, 1 of parent batch 0
-    assert it.get_state() == {"parent": {"next_index": 0}, "offset": 2}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 0}, "offset": 2}
     next(it)  # row 2 of batch 0, row 0 of batch 1
-    assert it.get_state() == {"parent": {"next_index": 1}, "offset": 1}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 1}, "offset": 1}
     next(it)  # rows 1, 2 of batch 1: batch 1 is used up, so the state moves past it
-    assert it.get_state() == {"parent": {"next_index": 2}, "offset": 0}
+    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 2}, "offset": 0}
     with pytest.raises(StopIteration):
         next(it)
 
@@ -202,7 +203,9 @@ def test_restore_reads_no_data_and_replays_one_parent_batch():
     it = iter(ds)
     it.set_state(state)
     assert parent.reads == 0
-    assert it.get_state() == state  # a pending replay still reports the same position
+    assert (
+        without_fingerprint(it.get_state()) == state
+    )  # a pending replay still reports the same position
     check_batch(next(it), np.array([17, 18, 19]))
     assert parent.reads == 1
     assert [b["id"].tolist() for b in it] == []

@@ -19,7 +19,7 @@ import traceback
 
 import pytest
 
-from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions
+from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions, without_fingerprint
 from grain_dataset._conformance import assert_equal_output_after_checkpoint
 from grain_dataset._state import check_state
 from grain_dataset._thread_prefetch import THREAD_NAME, ThreadPrefetchIterDataset
@@ -148,7 +148,7 @@ def test_changing_a_returned_state_changes_nothing():
     it = iter(ThreadPrefetchIterDataset(Counting(10), prefetch_buffer_size=2))
     next(it)
     it.get_state()["next"] = 7
-    assert it.get_state() == {"next": 1}
+    assert without_fingerprint(it.get_state()) == {"next": 1}
     assert next(it) == 1
 
 
@@ -185,7 +185,7 @@ def test_a_rejected_state_loses_no_element():
     assert wait_until(lambda: len(produced) == 7)  # 4 elements read ahead
     with pytest.raises(ValueError, match="Counting"):
         it.set_state({"position": 3})
-    assert it.get_state() == {"next": 3}
+    assert without_fingerprint(it.get_state()) == {"next": 3}
     assert list(it) == list(range(3, 20))
 
 
@@ -200,7 +200,7 @@ def test_start_prefetch_reads_ahead_at_most_buffer_size_elements():
     assert wait_until(lambda: len(produced) == 3)
     time.sleep(0.05)  # time enough to read past the bound, were it not enforced
     assert len(produced) == 3
-    assert it.get_state() == {"next": 0}
+    assert without_fingerprint(it.get_state()) == {"next": 0}
     assert next(it) == 0
     assert wait_until(lambda: len(produced) == 4)
     time.sleep(0.05)
@@ -263,7 +263,9 @@ def test_error_is_raised_at_its_position_and_reading_goes_on(size):
         next(it)
     frames = [frame.name for frame in traceback.extract_tb(info.value.__traceback__)]
     assert "__next__" in frames  # the parent's frame that raised is kept
-    assert it.get_state() == {"next": 6}  # the parent's state right after the error
+    assert without_fingerprint(it.get_state()) == {
+        "next": 6
+    }  # the parent's state right after the error
     assert list(it) == [6, 7, 8, 9]
 
 

@@ -50,6 +50,10 @@ from grain_dataset._element_spec import ShapeDtypeStructProtocol as ShapeDtypeSt
 from grain_dataset._element_spec import get_element_spec as get_element_spec
 from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
+from grain_dataset._fingerprint import UnverifiedStateWarning as UnverifiedStateWarning
+from grain_dataset._fingerprint import force_restore as force_restore
+from grain_dataset._fingerprint import unstamped as unstamped
+from grain_dataset._fingerprint import without_fingerprint as without_fingerprint
 from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
@@ -132,6 +136,7 @@ __all__ = [
     "Transformation",
     "Transformations",
     "UnsupportedTransformationError",
+    "UnverifiedStateWarning",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
@@ -141,10 +146,13 @@ __all__ = [
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
     "config",
+    "force_restore",
     "get_element_spec",
     "get_next_index",
     "monitoring",
     "set_next_index",
     "stack",
     "track_stats",
+    "unstamped",
+    "without_fingerprint",
 ]

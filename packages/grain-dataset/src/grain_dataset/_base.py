@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
-from grain_dataset import _state_file
+from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
 from grain_dataset._guard import guard, unguard
 from grain_index import _validate, derive_seed
@@ -116,6 +116,23 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
     @property
     def parents(self) -> Sequence[Any]:
         """The datasets this one reads from."""
+        return self._parents
+
+    def _fingerprint_token(self) -> str | None:
+        """This stage's part of a state's pipeline fingerprint (see grain_dataset._fingerprint).
+
+        The name and the parameters that decide which element a position
+        denotes; None for a stage that changes elements but not positions.
+        The default, the class name, suits a stage whose parameters do not
+        move positions; a parentless MapDataset (a source) adds its length.
+        """
+        name = type(self).__name__
+        if isinstance(self, MapDataset) and not self._parents:
+            return _fingerprint.token(name, f"len={len(self)}")
+        return name
+
+    def _fingerprint_parents(self) -> Sequence[Any]:
+        """The parents whose fingerprints are part of this stage's."""
         return self._parents
 
     @property
@@ -400,6 +417,12 @@ class IterDataset(_Dataset, Generic[T]):
                 return CountdownIterator(self._n)   # a grain.DatasetIterator
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__iter__")
+        if own is not None and not getattr(own, "_grain_remembers", False):
+            cls.__iter__ = _remembering(own)  # type: ignore[method-assign]
+
     @staticmethod
     def mix(
         datasets: Sequence[IterDataset[T]] | Mapping[str, IterDataset[T]],
@@ -482,6 +505,22 @@ class IterDataset(_Dataset, Generic[T]):
     def prefetch(self, multiprocessing_options: Any) -> IterDataset[T]:
         """Deprecated: use `mp_prefetch`."""
         return self.mp_prefetch(multiprocessing_options)
+
+
+def _remembering(own: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`own` (an __iter__) recording its dataset on the iterator, for the state fingerprint."""
+
+    def iter_(self: Any) -> Any:
+        iterator = own(self)
+        if isinstance(iterator, DatasetIterator):
+            _fingerprint.remember_dataset(iterator, self)
+        return iterator
+
+    iter_.__name__ = own.__name__
+    iter_.__qualname__ = own.__qualname__
+    iter_.__doc__ = own.__doc__
+    iter_._grain_remembers = True  # type: ignore[attr-defined]
+    return iter_
 
 
 class _IteratorContext:

@@ -17,6 +17,7 @@ import numpy as np
 
 from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._errors import note_stage
+from grain_dataset._fingerprint import token
 from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_dataset._tree import stack
@@ -63,6 +64,9 @@ def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
 @register("map_batch")
 class BatchMapDataset(MapStage):
     """Batches of `batch_size` consecutive elements of the parent."""
+
+    def _fingerprint_token(self) -> str | None:
+        return token("batch", self._batch_size, self._drop_remainder)
 
     def __init__(
         self,
@@ -142,6 +146,9 @@ class BatchMapDataset(MapStage):
 @register("iter_batch")
 class BatchIterDataset(IterDataset[Any]):
     """Batches of `batch_size` consecutive elements of the parent."""
+
+    def _fingerprint_token(self) -> str | None:
+        return None  # its state is the parent's between batches: any size resumes there
 
     def __init__(
         self,

@@ -66,6 +66,9 @@ class CachedMapDataset(MapStage):
         # decode_image runs once per path, not once per path and epoch.
     """
 
+    def _fingerprint_token(self) -> str | None:
+        return None
+
     def __init__(
         self,
         parent: MapDataset[Any],

@@ -40,6 +40,9 @@ class CacheIterDataset(IterDataset[T]):
         ds = grain.experimental.RepeatIterDataset(ds, num_epochs=10)  # epochs 2-10 from memory
     """
 
+    def _fingerprint_token(self) -> str | None:
+        return None
+
     def __init__(self, parent: IterDataset[T]):
         super().__init__(as_iter_dataset(parent, "parent", "CacheIterDataset"))
         self._lock = threading.Lock()

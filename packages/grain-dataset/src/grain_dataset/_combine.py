@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import INFINITE, MapDataset, dataset_list, register
+from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import MixingSchedule, _validate
 
@@ -71,6 +72,9 @@ def _gather(
 class ConcatenateMapDataset(MapStage):
     """The components' elements one after the other."""
 
+    def _fingerprint_token(self) -> str | None:
+        return "concatenate"
+
     def __init__(self, datasets: Sequence[MapDataset[Any]]):
         # No datasets is an empty dataset, as in Grain.
         datasets = _check_datasets(datasets, "concatenate", allow_empty=True)
@@ -120,6 +124,9 @@ class ConcatenateMapDataset(MapStage):
 class MixedMapDataset(MapStage):
     """The components interleaved in proportion to their weights."""
 
+    def _fingerprint_token(self) -> str | None:
+        return token("mix", self._weights)
+
     def __init__(self, datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None):
         datasets = _check_datasets(datasets, "mix")
         super().__init__(datasets)
@@ -160,6 +167,9 @@ class MixedMapDataset(MapStage):
 @register("select_from_datasets")
 class SelectionMapDataset(MapStage):
     """The elements a DatasetSelectionMap picks; every epoch repeats its choices."""
+
+    def _fingerprint_token(self) -> str | None:
+        return token("select", type(self._selection_map).__name__, f"len={self._length}")
 
     def __init__(self, datasets: Sequence[MapDataset[Any]], selection_map: Any):
         datasets = _check_datasets(datasets, "select_from_datasets")

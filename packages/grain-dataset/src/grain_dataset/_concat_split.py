@@ -56,6 +56,7 @@ import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._errors import WrongTypeError
+from grain_dataset._fingerprint import token
 from grain_dataset._packing import SEGMENT_DTYPE, Layout
 from grain_dataset._state import check_state
 from grain_index import _validate
@@ -106,6 +107,11 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
         [(p["tokens"].tolist(), p["tokens_positions"].tolist()) for p in packed]
         # [([0, 1, 2, 0, 1], [0, 1, 2, 0, 1]), ([2, 3, 0, 0, 0], [0, 1, 0, 0, 0])]
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return token(
+            "concat_then_split", self._layout.lengths, self._bos_handling.name, self._split_full
+        )
 
     def __init__(
         self,

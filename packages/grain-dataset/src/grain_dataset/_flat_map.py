@@ -42,6 +42,7 @@ from grain_dataset._base import (
     as_iter_dataset,
 )
 from grain_dataset._errors import note_stage
+from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, is_infinite
 from grain_dataset._state import check_state
 from grain_dataset._transforms import FlatMapTransform
@@ -93,6 +94,9 @@ class FlatMapMapDataset(MapStage):
         len(ds)   # 12
         list(ds)  # [1, 2, 2, 3, 3, 3]
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return token("flat_map", self._mapper.max_fan_out)
 
     # Positions past an element's last output read None: a MapDataset.batch refuses.
     discards_elements = "FlatMapMapDataset"
@@ -163,6 +167,9 @@ class FlatMapIterDataset(IterDataset[Any]):
         ds = FlatMapIterDataset(grain.MapDataset.source(["a b", "c"]).to_iter_dataset(), Split())
         list(ds)  # ['a', 'b', 'c']
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return "flat_map"
 
     def __init__(self, parent: IterDataset[Any], transform: FlatMapTransform):
         super().__init__(as_iter_dataset(parent, "parent"))

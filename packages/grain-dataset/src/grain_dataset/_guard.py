@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from grain_dataset import _fingerprint
 from grain_dataset._tracebacks import filter_frames
 
 _GUARDED_METHODS = ("__next__", "get_state", "set_state", "close")
@@ -123,6 +124,27 @@ def _closing(close: Callable[..., Any]) -> Callable[..., Any]:
     return close_
 
 
+def _stamping(get_state: Callable[..., Any]) -> Callable[..., Any]:
+    # The user's iterator adds its pipeline's fingerprint (see grain_dataset._fingerprint).
+    @functools.wraps(get_state)
+    def get_state_(self: Any) -> Any:
+        return _fingerprint.stamp(self, get_state(self))
+
+    return get_state_
+
+
+def _verifying(set_state: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(set_state)
+    def set_state_(self: Any, state: Any) -> Any:
+        state, unverified = _fingerprint.verify(self, state)
+        result = set_state(self, state)
+        if unverified:  # after the stages' own checks: a corrupt state raises, not warns
+            _fingerprint.warn_unverified(self)
+        return result
+
+    return set_state_
+
+
 def _variant(cls: type) -> type:
     variant = cls.__dict__.get(_VARIANT)
     if variant is None:
@@ -131,6 +153,10 @@ def _variant(cls: type) -> type:
             for name in _GUARDED_METHODS
             if callable(getattr(cls, name, None))
         }
+        if "get_state" in namespace:
+            namespace["get_state"] = serialized(_stamping(getattr(cls, "get_state")))  # noqa: B009
+        if "set_state" in namespace:
+            namespace["set_state"] = serialized(_verifying(getattr(cls, "set_state")))  # noqa: B009
         if "close" in namespace:
             # The swap to the closed variant happens inside the lock (see next_).
             namespace["close"] = serialized(_closing(getattr(cls, "close")))  # noqa: B009

@@ -66,6 +66,7 @@ from typing import Any, TypeVar
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, _adopt
 from grain_dataset._daemon_pool import DaemonPool
+from grain_dataset._fingerprint import token, unstamped
 from grain_dataset._state import check_state
 from grain_dataset._thread_prefetch import ThreadPrefetchDatasetIterator
 from grain_index import _validate
@@ -104,6 +105,9 @@ class InterleaveIterDataset(IterDataset[T]):
         ds = grain.experimental.InterleaveIterDataset(files, cycle_length=4)
         # the first record of files 0, 1, 2, 3, the second of each, ...
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return token("interleave", self._cycle_length)
 
     def __init__(
         self,
@@ -242,6 +246,8 @@ def _open(
             iterator = iter(dataset)
             if not isinstance(iterator, DatasetIterator):
                 iterator = _ReiterableIterator(dataset, index)
+            # Its state is part of the interleave's, whose fingerprint covers the pipeline.
+            unstamped(iterator)
         else:
             iterator = _ReiterableIterator(dataset, index)
         if state is not None:

@@ -23,6 +23,9 @@ _CHECK_EVERY = 256
 
 
 class _ElementwiseIterDataset(IterDataset[Any]):
+    def _fingerprint_token(self) -> str | None:
+        return None  # elements change, positions do not
+
     _kind = ""
 
     def __init__(self, parent: IterDataset[Any], transform: Any):

@@ -49,6 +49,13 @@ def _by_name(datasets: Any, weights: Any) -> tuple[Any, Any]:
 class MixedIterDataset(IterDataset[Any]):
     """The components interleaved in proportion to their weights."""
 
+    def _fingerprint_token(self) -> str | None:
+        return "mix"
+
+    def _fingerprint_parents(self) -> Sequence[Any]:
+        # Components may change between runs: the mix's own state says which is which.
+        return ()
+
     def __init__(
         self,
         datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],

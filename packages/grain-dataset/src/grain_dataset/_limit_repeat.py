@@ -34,6 +34,9 @@ class LimitIterDataset(IterDataset[Any]):
         list(ds)  # [0, 1, 2]
     """
 
+    def _fingerprint_token(self) -> str | None:
+        return None  # its state counts elements: a new limit applies to the same count
+
     def __init__(self, parent: IterDataset[Any], count: int):
         super().__init__(as_iter_dataset(parent, "parent"))
         # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
@@ -87,6 +90,9 @@ class RepeatIterDataset(IterDataset[Any]):
         ds = RepeatIterDataset(grain.MapDataset.range(3).to_iter_dataset(), num_epochs=2)
         list(ds)  # [0, 1, 2, 0, 1, 2]
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return None  # its state counts epochs: a new count applies to the same epoch
 
     def __init__(self, parent: IterDataset[Any], num_epochs: int | None = None):
         super().__init__(as_iter_dataset(parent, "parent"))

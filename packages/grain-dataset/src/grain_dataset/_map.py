@@ -22,6 +22,9 @@ from grain_dataset._stage import MapStage
 class _ElementwiseMapDataset(MapStage):
     """Reads the parent, applies `_apply` (one) or `_apply_all` (many), names the stage on error."""
 
+    def _fingerprint_token(self) -> str | None:
+        return None  # elements change, positions do not
+
     _kind = ""
 
     def __init__(self, parent: MapDataset[Any], transform: Any):

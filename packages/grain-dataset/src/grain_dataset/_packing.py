@@ -73,6 +73,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._fingerprint import token
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import explicit_seed, stage_seed
 from grain_dataset._state import check_state
@@ -380,6 +381,11 @@ def _short(value: Any) -> str:
 
 class _PackIterDataset(IterDataset[Any]):
     """What first fit and best fit share: arguments, layout and the iterator."""
+
+    def _fingerprint_token(self) -> str | None:
+        return token(
+            type(self).__name__, self._layout.lengths, self._num_bins, self._seed, self._align
+        )
 
     _best_fit = False
 

@@ -95,6 +95,9 @@ def _sliced(source: MapDataset[Any]) -> MapDataset[Any]:
 class PrefetchIterDataset(IterDataset[Any]):
     """An IterDataset over one epoch of a MapDataset, read ahead by threads."""
 
+    def _fingerprint_token(self) -> str | None:
+        return "to_iter"
+
     def __init__(
         self,
         parent: MapDataset[Any],

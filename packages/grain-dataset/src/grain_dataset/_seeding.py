@@ -39,6 +39,9 @@ def stage_seed(stage: Any, seed: Any, what: str) -> int:
 class SeedMapDataset(MapStage):
     """Passes elements through; sets the seed later random stages derive theirs from."""
 
+    def _fingerprint_token(self) -> str | None:
+        return None  # the seeds it gives are in the tokens of the stages that use them
+
     def __init__(self, parent: Any, seed: int):
         super().__init__(parent)
         self._seed = _validate.seed(seed)
@@ -61,6 +64,9 @@ class SeedMapDataset(MapStage):
 @register("iter_seed")
 class SeedIterDataset(IterDataset[Any]):
     """Passes elements through; sets the seed later random stages derive theirs from."""
+
+    def _fingerprint_token(self) -> str | None:
+        return None  # the seeds it gives are in the tokens of the stages that use them
 
     def __init__(self, parent: IterDataset[Any], seed: int):
         super().__init__(parent)

@@ -11,6 +11,7 @@ back onto the first, so shuffles and random maps repeat too.
 from __future__ import annotations
 
 import builtins
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from grain_dataset._base import INFINITE, MapDataset, register
 from grain_dataset._errors import WrongTypeError
+from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import _validate
 
@@ -25,6 +27,12 @@ from grain_index import _validate
 @register("slice")
 class SliceMapDataset(MapStage):
     """The parent's elements at the indices of a slice of its first epoch."""
+
+    def _fingerprint_token(self) -> str | None:
+        r = self._range
+        if isinstance(r, np.ndarray):
+            return token("slice", "#" + hashlib.sha256(r.tobytes()).hexdigest()[:8])
+        return token("slice", (r.start, r.stop, r.step))
 
     def __init__(self, parent: MapDataset[Any], sl: slice | Sequence[int] | np.ndarray):
         super().__init__(parent)
@@ -99,6 +107,9 @@ def _index_sequence(indices: Any, length: int) -> np.ndarray:
 @register("repeat")
 class RepeatMapDataset(MapStage):
     """`num_epochs` epochs of the parent, or infinitely many (length sys.maxsize)."""
+
+    def _fingerprint_token(self) -> str | None:
+        return token("repeat", self._num_epochs, self._reseed)
 
     def __init__(
         self,

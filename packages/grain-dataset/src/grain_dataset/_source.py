@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import register
+from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of
 from grain_index import _validate
 
@@ -19,6 +20,9 @@ class SourceMapDataset(MapStage):
     Index i reads record ``i % len(source)``: every epoch reads the same records.
     A source with `__getitems__(indices)` is asked once per batch of indices.
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return token("source", type(self._source).__name__, f"len={self._length}")
 
     def __init__(self, source: Any):
         super().__init__()
@@ -53,6 +57,10 @@ class SourceMapDataset(MapStage):
 @register("range")
 class RangeMapDataset(MapStage):
     """The integers of ``range(start, stop, step)``, the same in every epoch."""
+
+    def _fingerprint_token(self) -> str | None:
+        r = self._range
+        return token("range", (r.start, r.stop, r.step))
 
     def __init__(self, start: int, stop: int | None = None, step: int = 1):
         super().__init__()

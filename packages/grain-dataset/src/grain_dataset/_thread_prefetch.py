@@ -77,6 +77,9 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
         ds = ds.map(jax.device_put)  # overlaps with parsing the next elements
     """
 
+    def _fingerprint_token(self) -> str | None:
+        return None
+
     def __init__(self, parent: IterDataset[T], *, prefetch_buffer_size: int):
         # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
         super().__init__(as_iter_dataset(parent, "parent", "ThreadPrefetchIterDataset"))

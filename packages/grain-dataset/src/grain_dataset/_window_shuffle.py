@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
+from grain_dataset._fingerprint import token
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_dataset._state import check_state
@@ -61,6 +62,9 @@ class WindowShuffleMapDataset(MapStage):
         )
         sorted(ds[:128]) == list(range(128))  # True: the first window stays together
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return token("window_shuffle", self._window_size, self._seed)
 
     def __init__(self, parent: MapDataset[Any], *, window_size: int, seed: int | None = None):
         super().__init__(parent)
@@ -126,6 +130,9 @@ class WindowShuffleIterDataset(IterDataset[Any]):
         it = iter(ds)
         sorted(next(it) for _ in range(10)) == list(range(10))  # True: window 0 comes first
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return token("window_shuffle", self._window_size, self._seed)
 
     def __init__(self, parent: IterDataset[Any], *, window_size: int, seed: int | None = None):
         super().__init__(as_iter_dataset(parent, "parent"))

@@ -24,6 +24,9 @@ class WithOptionsIterDataset(IterDataset[Any]):
         )
     """
 
+    def _fingerprint_token(self) -> str | None:
+        return None
+
     def __init__(self, parent: IterDataset[Any], options: DatasetOptions):
         # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
         parent = as_iter_dataset(parent, "parent", "WithOptionsIterDataset")

@@ -40,6 +40,9 @@ class ZipMapDataset(MapStage):
         list(ds)  # [(0, 'a'), (1, 'b'), (2, 'c')]
     """
 
+    def _fingerprint_token(self) -> str | None:
+        return "zip"
+
     def __init__(self, parents: Sequence[MapDataset[Any]]):
         parents = dataset_list(parents, "parents", "ZipMapDataset")
         for i, parent in enumerate(parents):
@@ -89,6 +92,9 @@ class ZipIterDataset(IterDataset[Any]):
                              MapDataset.range(10, 20).to_iter_dataset()])
         list(ds)  # [(0, 10), (1, 11), (2, 12)]
     """
+
+    def _fingerprint_token(self) -> str | None:
+        return "zip"
 
     def __init__(self, parents: Sequence[IterDataset[Any]], *, strict: bool = True):
         parents = dataset_list(parents, "parents", "ZipIterDataset")

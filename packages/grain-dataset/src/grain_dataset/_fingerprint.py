@@ -1,0 +1,334 @@
+"""A compact fingerprint of what gives an iterator state's positions their meaning.
+
+A state is a few integer positions; the same ``{"next_index": 10}`` means a
+different element in a pipeline with another shuffle seed, another source
+length or one stage more or less. So the iterator its user holds (the
+outermost, see `_guard`) adds to every dict state it returns
+
+    "grain_fingerprint": "range(0:100:1)/0 > shuffle(1) > batch(32,False) > to_iter"
+
+and checks it in `set_state`: a state of another pipeline raises a ValueError
+naming the first stage that differs. The fingerprint lists, source first (in
+postfix order: a stage with k != 1 parents follows them and says ``/k``), only
+the stages that decide which element a position denotes, with the parameters
+that do: source lengths, seeds of shuffles, slices, repeats, MapDataset batch
+sizes, mixture weights, packing lengths. Stages that change elements but not
+positions (map, random_map, filter, IterDataset.batch, rebatch, prefetching,
+options) leave no trace, so changing a map function, or the batch size of an
+IterDataset.batch, resumes at the same element by design.
+
+Deliberate changes this module handles (docs/checkpointing.md):
+  * `IterDataset.mix`: its token stands for the whole mixture and its own state
+    lists a hash of each component (`component_hash`), so the mix matches old
+    component states to new components itself (new weights, components added,
+    removed or reordered).
+  * A MapDataset.batch directly under `to_iter_dataset` with a new batch size:
+    the position is converted to the same element when the new size divides it
+    (`_convert_batch`).
+Anything else, or `force_restore(iterator)`, is the user's call.
+
+A fingerprint longer than `_MAX_TEXT` characters is stored as one 8-hex-digit
+hash per stage: still one token per stage, so a mismatch still names the stage
+of this pipeline that differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import warnings
+from typing import Any
+
+KEY = "grain_fingerprint"
+_SEPARATOR = " > "
+_MAX_TEXT = 512
+_FORCED = "_grain_force_restore"  # in an iterator's __dict__: skip the next check
+_DATASET = "_grain_dataset"  # in an iterator's __dict__: the dataset iter() was called on
+_CACHE = "_grain_fingerprint_tokens"  # in a dataset's __dict__: its tokens (datasets are immutable)
+
+logger = logging.getLogger("grain")
+
+
+class UnverifiedStateWarning(UserWarning):
+    """A state restored without a pipeline fingerprint (a checkpoint of an older version)."""
+
+
+def token(name: str, *params: Any) -> str:
+    """A stage's token: ``name(p1,p2)``, the parameters that decide its positions."""
+    if not params:
+        return name
+    text = ",".join(_param(value) for value in params)
+    return f"{name}({text})"
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list | tuple) and len(value) > 4:
+        return "#" + _hash(repr(value))
+    if isinstance(value, list | tuple):
+        return ":".join(_param(item) for item in value)
+    return str(value).replace(_SEPARATOR, " ").replace(" ", "")
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def _tokens_and_stages(dataset: Any) -> list[tuple[str, Any]]:
+    """(token, stage) for each stage that leaves one, in postfix order from the sources."""
+    out: list[tuple[str, Any]] = []
+    stack: list[tuple[Any, bool]] = [(dataset, False)]
+    while stack:  # iterative: pipelines can be thousands of stages long
+        stage, expanded = stack.pop()
+        children = _children(stage)
+        if expanded:
+            text = _stage_token(stage, len(children))
+            if text is not None:
+                out.append((text, stage))
+            continue
+        stack.append((stage, True))
+        stack.extend((child, False) for child in reversed(children))
+    return out
+
+
+def _children(stage: Any) -> tuple[Any, ...]:
+    method = getattr(type(stage), "_fingerprint_parents", None)
+    if method is None:
+        return tuple(stage.__dict__.get("_parents", ()))
+    return tuple(method(stage))
+
+
+def _stage_token(stage: Any, arity: int) -> str | None:
+    method = getattr(type(stage), "_fingerprint_token", None)
+    try:
+        text = method(stage) if method is not None else type(stage).__name__
+    except Exception:  # a user's stage must not break checkpointing
+        text = type(stage).__name__
+    if text is None:
+        if arity == 1:
+            return None
+        text = type(stage).__name__
+    return text if arity == 1 else f"{text}/{arity}"
+
+
+def tokens(dataset: Any) -> list[str]:
+    """The fingerprint tokens of `dataset`, source first (cached on the dataset)."""
+    cached = dataset.__dict__.get(_CACHE)
+    if cached is None:
+        cached = [text for text, _ in _tokens_and_stages(dataset)]
+        dataset.__dict__[_CACHE] = cached
+    return cached
+
+
+def fingerprint(dataset: Any) -> str:
+    """The fingerprint text of `dataset` (see the module docstring)."""
+    parts = tokens(dataset)
+    text = _SEPARATOR.join(parts)
+    if len(text) > _MAX_TEXT:
+        text = _SEPARATOR.join("#" + _hash(part) for part in parts)
+    return text
+
+
+def component_hash(dataset: Any) -> str:
+    """A short hash of a mixture component's fingerprint: equal for equal components."""
+    return _hash(_SEPARATOR.join(tokens(dataset)))
+
+
+def remember_dataset(iterator: Any, dataset: Any) -> None:
+    """Records the dataset `iterator` reads, for the outermost iterator's fingerprint."""
+    iterator.__dict__[_DATASET] = dataset
+
+
+def unstamped(iterator: Any) -> Any:
+    """Returns `iterator`, whose states from now on carry no pipeline fingerprint.
+
+    For iterators that a library component drives on the user's behalf (the
+    pipeline inside a worker process, the datasets an interleave opens): their
+    states travel inside the state of the iterator the user holds, whose own
+    fingerprint covers them.
+    """
+    iterator.__dict__.pop(_DATASET, None)
+    return iterator
+
+
+def without_fingerprint(state: Any) -> Any:
+    """`state` without its pipeline fingerprint: the stages' positions alone.
+
+    For looking at or comparing positions; restoring such a state skips the
+    pipeline check (with an `UnverifiedStateWarning`).
+    """
+    if type(state) is dict and KEY in state:
+        return {key: value for key, value in state.items() if key != KEY}
+    return state
+
+
+def force_restore(iterator: Any) -> Any:
+    """Lets `iterator`'s next ``set_state`` accept a state of a different pipeline.
+
+    The fingerprint check is skipped once (the differences are logged as a
+    warning on the "grain" logger); the state must still have the shape this
+    pipeline's stages expect. Use it when you changed the pipeline on purpose
+    and know where the saved positions land in the new one. Returns `iterator`,
+    so it can wrap the iterator handed to Orbax::
+
+        mngr.restore(step, args=grain.checkpoint.CheckpointRestore(
+            grain.experimental.force_restore(iterator)))
+    """
+    if not hasattr(iterator, "set_state"):
+        raise TypeError(
+            f"force_restore takes a data iterator with set_state(), got {type(iterator).__name__}."
+        )
+    iterator.__dict__[_FORCED] = True
+    return iterator
+
+
+def stamp(iterator: Any, state: Any) -> Any:
+    """`state` with the fingerprint of `iterator`'s pipeline added (dict states only)."""
+    dataset = iterator.__dict__.get(_DATASET)
+    if dataset is None or type(state) is not dict or KEY in state:
+        return state
+    stamped = dict(state)
+    stamped[KEY] = fingerprint(dataset)
+    return stamped
+
+
+def verify(iterator: Any, state: Any) -> tuple[Any, bool]:
+    """(`state` as `iterator`'s stages take it, whether to warn that it was unverified).
+
+    Raises:
+      ValueError: the state's fingerprint is not this pipeline's.
+    """
+    if type(state) is not dict:
+        return state, False
+    dataset = iterator.__dict__.get(_DATASET)
+    forced = iterator.__dict__.pop(_FORCED, False)
+    if KEY not in state:
+        return state, dataset is not None and not forced
+    saved = state[KEY]
+    state = {key: value for key, value in state.items() if key != KEY}
+    if dataset is None:
+        return state, False
+    if not isinstance(saved, str):
+        raise ValueError(
+            f"state[{KEY!r}] must be the string get_state() wrote, got {saved!r}; the state "
+            "is corrupt."
+        )
+    current = _tokens_and_stages(dataset)
+    difference = _first_difference(saved.split(_SEPARATOR), [text for text, _ in current])
+    if difference is None:
+        return state, False
+    if forced:
+        logger.warning("restoring a state of a different pipeline (forced): %s", difference)
+        return state, False
+    converted = _convert_batch(saved.split(_SEPARATOR), current, state)
+    if converted is not None:
+        return converted, False
+    raise ValueError(
+        f"this state was saved from a different pipeline: {difference}. Its positions would "
+        "denote other elements here, so it would silently continue somewhere else. Restore it "
+        "into the pipeline it was saved from (same sources, seeds, shuffles, slices and "
+        "MapDataset batch sizes); changing map functions, IterDataset.batch sizes and "
+        "IterDataset.mix weights or components is allowed (see docs/checkpointing.md). If you "
+        "changed the pipeline on purpose, restore with "
+        "grain.experimental.force_restore(iterator).set_state(state)."
+    )
+
+
+def warn_unverified(iterator: Any) -> None:
+    warnings.warn(
+        f"restored a state without a pipeline fingerprint into {type(iterator).__name__}: it "
+        "was saved by an older version, so nothing checked that it comes from this pipeline "
+        "(same sources, seeds and shuffles). Save a new checkpoint to get one.",
+        UnverifiedStateWarning,
+        stacklevel=4,
+    )
+
+
+def _matches(saved: str, current: str) -> bool:
+    return saved == current or saved == "#" + _hash(current)
+
+
+def _first_difference(saved: list[str], current: list[str]) -> str | None:
+    for position, (old, new) in enumerate(zip(saved, current, strict=False)):
+        if not _matches(old, new):
+            return (
+                f"stage {position + 1} counting from the source is {new!r} here but "
+                f"{old!r} in the checkpoint (checkpoint: {_SEPARATOR.join(saved)!r}; this "
+                f"pipeline: {_SEPARATOR.join(current)!r})"
+            )
+    if len(saved) != len(current):
+        return (
+            f"the checkpoint's pipeline has {len(saved)} position-changing stages, this one "
+            f"{len(current)} (checkpoint: {_SEPARATOR.join(saved)!r}; this pipeline: "
+            f"{_SEPARATOR.join(current)!r})"
+        )
+    return None
+
+
+def _convert_batch(
+    saved: list[str], current: list[tuple[str, Any]], state: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The state at the same element after a MapDataset.batch size change, if exact.
+
+    Only for ``... batch(b) [element-wise stages] > to_iter`` at the end of the
+    pipeline, whose state is ``{"next_index": k}``: batch k of size b starts at
+    element k*b of its epoch, which is batch k*b/b' of size b' when b' divides it.
+    """
+    names = [text for text, _ in current]
+    if len(saved) != len(names) or len(names) < 2 or names[-1] != "to_iter":
+        return None
+    differing = [i for i, (a, b) in enumerate(zip(saved, names, strict=True)) if not _matches(a, b)]
+    if differing != [len(names) - 2] or set(state) != {"next_index"}:
+        return None
+    old, (new, stage) = saved[-2], current[-2]
+    parsed = _batch_params(old)
+    if parsed is None or not new.startswith("batch("):
+        return None
+    old_size, old_drop = parsed
+    new_size = stage._batch_size
+    position = state["next_index"]
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        return None  # the stage's own check names the problem
+    from grain_dataset._stage import is_infinite
+
+    n = stage._parent_length
+    if is_infinite(n):
+        epoch, first = 0, position * old_size
+        new_length = 0
+    else:
+        old_length = n // old_size if old_drop else -(-n // old_size)
+        if not old_length:
+            return None
+        epoch, within = divmod(position, old_length)
+        first = within * old_size
+        new_length = len(stage)
+    if first % new_size:
+        raise ValueError(
+            f"this state was saved with MapDataset.batch({old_size}) and this pipeline batches "
+            f"by {new_size}: the next element is element {first} of its epoch, which does not "
+            f"start a batch of {new_size}, so no position here resumes exactly there. Use a "
+            f"batch size that divides {first}, or batch after to_iter_dataset "
+            "(IterDataset.batch), whose batch size can change freely, or restore with "
+            "grain.experimental.force_restore(iterator)."
+        )
+    index = first // new_size
+    if not is_infinite(n) and index >= new_length:
+        epoch, index = epoch + 1, 0  # the new remainder would be dropped anyway
+    logger.info(
+        "resuming MapDataset.batch(%d) state at next_index %d with batch size %d: next_index %d",
+        old_size,
+        position,
+        new_size,
+        epoch * new_length + index,
+    )
+    return {"next_index": epoch * new_length + index}
+
+
+def _batch_params(text: str) -> tuple[int, bool] | None:
+    if not (text.startswith("batch(") and text.endswith(")")):
+        return None
+    size, _, drop = text[len("batch(") : -1].partition(",")
+    if not size.isdigit() or drop not in ("True", "False"):
+        return None
+    return int(size), drop == "True"
