@@ -73,7 +73,9 @@ def test_tutorial_flow_save_at_step_k_and_continue_exactly(tmp_path):
     assert "4/default/process_0-of-1.json" in files(tmp_path / "ckpt")
     saved = json.loads((tmp_path / "ckpt/4/default/process_0-of-1.json").read_text())
     # The whole state (the next batch to read), under the marker of our format.
-    assert saved == {"grain_py_state_format": 1, "state": {"next_index": 5}}
+    assert set(saved) == {"grain_py_state_format", "state"}
+    assert without_fingerprint(saved["state"]) == {"next_index": 5}
+    assert saved["state"]["grain_fingerprint"].endswith("to_iter")
 
 
 def test_async_save_captures_the_state_at_save_time(tmp_path):
@@ -193,7 +195,7 @@ def test_restore_into_another_pipeline_names_file_and_mismatch(tmp_path):
         other = iter(MapDataset.range(10).to_iter_dataset().map_with_index(lambda i, x: x))
         with pytest.raises(ValueError, match=r"default/process_0-of-1\.json does not fit") as info:
             mngr.restore(1, args=CheckpointRestore(other))
-    assert "expected the keys" in str(info.value)
+    assert "different pipeline" in str(info.value)
 
 
 def test_states_of_loaders_and_datasets_do_not_mix(tmp_path):

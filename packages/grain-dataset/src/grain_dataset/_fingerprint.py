@@ -61,6 +61,11 @@ def token(name: str, *params: Any) -> str:
     return f"{name}({text})"
 
 
+def seed_param(seed: int | None) -> str:
+    """A stage seed as a token parameter: 8 hex digits of its hash (seeds are 64-bit)."""
+    return "none" if seed is None else "#" + _hash(str(seed))
+
+
 def _param(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.6g}"

@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
-from grain_dataset._fingerprint import token
+from grain_dataset._fingerprint import seed_param, token
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import explicit_seed, stage_seed
 from grain_dataset._state import check_state
@@ -384,7 +384,11 @@ class _PackIterDataset(IterDataset[Any]):
 
     def _fingerprint_token(self) -> str | None:
         return token(
-            type(self).__name__, self._layout.lengths, self._num_bins, self._seed, self._align
+            type(self).__name__,
+            self._layout.lengths,
+            self._num_bins,
+            seed_param(self._seed),
+            self._align,
         )
 
     _best_fit = False

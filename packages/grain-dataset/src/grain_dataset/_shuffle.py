@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import MapDataset, register
-from grain_dataset._fingerprint import token
+from grain_dataset._fingerprint import seed_param, token
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_index import (
@@ -29,7 +29,7 @@ class ShuffleMapDataset(MapStage):
     """The parent's elements in a new global order every epoch."""
 
     def _fingerprint_token(self) -> str | None:
-        return token("shuffle", self._seed)
+        return token("shuffle", seed_param(self._seed))
 
     def __init__(self, parent: MapDataset[Any], seed: int | None = None):
         super().__init__(parent)

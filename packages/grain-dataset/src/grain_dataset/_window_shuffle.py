@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
-from grain_dataset._fingerprint import token
+from grain_dataset._fingerprint import seed_param, token
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_dataset._state import check_state
@@ -64,7 +64,7 @@ class WindowShuffleMapDataset(MapStage):
     """
 
     def _fingerprint_token(self) -> str | None:
-        return token("window_shuffle", self._window_size, self._seed)
+        return token("window_shuffle", self._window_size, seed_param(self._seed))
 
     def __init__(self, parent: MapDataset[Any], *, window_size: int, seed: int | None = None):
         super().__init__(parent)
@@ -132,7 +132,7 @@ class WindowShuffleIterDataset(IterDataset[Any]):
     """
 
     def _fingerprint_token(self) -> str | None:
-        return token("window_shuffle", self._window_size, self._seed)
+        return token("window_shuffle", self._window_size, seed_param(self._seed))
 
     def __init__(self, parent: IterDataset[Any], *, window_size: int, seed: int | None = None):
         super().__init__(as_iter_dataset(parent, "parent"))

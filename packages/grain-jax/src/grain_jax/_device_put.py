@@ -156,6 +156,9 @@ def _process_local_put(tree: Any, sharding: jax.sharding.Sharding) -> Any:
 class DevicePutIterDataset(IterDataset[Any]):
     """The parent's batches as `jax.Array`s on `device`, transferred ahead; see `device_put`."""
 
+    def _fingerprint_token(self) -> str | None:
+        return None  # its state is its parent's
+
     def __init__(
         self,
         parent: IterDataset[Any],

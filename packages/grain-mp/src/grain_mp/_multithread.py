@@ -26,7 +26,7 @@ import queue
 import threading
 from typing import Any
 
-from grain_dataset import DatasetIterator, IterDataset
+from grain_dataset import DatasetIterator, IterDataset, unstamped
 from grain_dataset._prefetch import set_worker_slice
 from grain_mp._round_robin import RoundRobinIterator
 
@@ -77,6 +77,9 @@ def multithread_prefetch(
 
 class MultithreadPrefetchIterDataset(IterDataset[Any]):
     """The parent pipeline, run in `num_threads` threads (see the module docstring)."""
+
+    def _fingerprint_token(self) -> str | None:
+        return "round_robin"  # as mp_prefetch's: their states restore into each other
 
     def __init__(
         self,
@@ -130,7 +133,7 @@ def _thread_main(
     set_worker_slice(index, count, sequential, this_thread=True)
     iterator = None
     try:
-        iterator = iter(dataset)
+        iterator = unstamped(iter(dataset))  # the outer iterator's fingerprint covers it
         if state is not None:
             iterator.set_state(state)
         while not box.stop.is_set():

@@ -60,7 +60,7 @@ import weakref
 from multiprocessing import connection, resource_tracker
 from typing import Any
 
-from grain_dataset import DatasetIterator, IterDataset
+from grain_dataset import DatasetIterator, IterDataset, unstamped
 from grain_dataset._prefetch import set_worker_slice
 from grain_mp import _start
 from grain_mp._options import MultiprocessingOptions
@@ -143,6 +143,10 @@ def mp_prefetch(
 
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
     """The parent pipeline, run in `options.num_workers` processes (see the module doc)."""
+
+    def _fingerprint_token(self) -> str | None:
+        # The same as multithread_prefetch's: their states restore into each other.
+        return "round_robin"
 
     def __init__(
         self,
@@ -227,7 +231,8 @@ def _worker_main(
         set_worker_slice(worker_index, worker_count, sequential_slice)
         # A thread's own slice, inherited through fork, must not win in this process.
         set_worker_slice(worker_index, worker_count, sequential_slice, this_thread=True)
-        iterator = iter(dataset)
+        # Its states travel inside the mp_prefetch iterator's, whose fingerprint covers them.
+        iterator = unstamped(iter(dataset))
         # DatasetOptions(min_shm_size=...): given above mp_prefetch (the parent's) or
         # within the worker's own pipeline; smaller arrays travel by copy.
         own = iterator._ctx.dataset_options

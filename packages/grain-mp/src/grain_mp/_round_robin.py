@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from grain_dataset import DatasetIterator
+from grain_dataset import DatasetIterator, unstamped
 from grain_dataset._state import check_state
 
 
@@ -75,7 +75,7 @@ class RoundRobinIterator(DatasetIterator[Any]):
         self._count = count
         # A fresh pipeline's state (the same in every reader: slicing changes positions,
         # not the state's shape), so that states keep one shape from the start.
-        fresh = iter(dataset._parents[0])
+        fresh = unstamped(iter(dataset._parents[0]))
         initial = json.dumps(fresh.get_state())
         fresh.close()
         self._states: list[Any] = [json.loads(initial) for _ in range(count)]

@@ -30,6 +30,7 @@ from grain_dataset import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset import ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator
 from grain_dataset import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
+from grain_dataset import UnverifiedStateWarning as UnverifiedStateWarning
 from grain_dataset import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset import WindowShuffleMapDataset as WindowShuffleMapDataset
 from grain_dataset import WithOptionsIterDataset as WithOptionsIterDataset
@@ -40,9 +41,11 @@ from grain_dataset import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
 )
 from grain_dataset import batch_and_pad as batch_and_pad
+from grain_dataset import force_restore as force_restore
 from grain_dataset import get_element_spec as get_element_spec
 from grain_dataset import get_next_index as get_next_index
 from grain_dataset import set_next_index as set_next_index
+from grain_dataset import without_fingerprint as without_fingerprint
 from grain_index import index_shuffle as index_shuffle
 from grain_jax._device_put import device_put as device_put
 from grain_jax._sharding import make_global_batch as make_global_batch
@@ -77,6 +80,7 @@ __all__ = [
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
+    "UnverifiedStateWarning",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
@@ -86,6 +90,7 @@ __all__ = [
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
     "device_put",
+    "force_restore",
     "get_element_spec",
     "get_next_index",
     "index_shuffle",
@@ -93,6 +98,7 @@ __all__ = [
     "multithread_prefetch",
     "pick_performance_config",
     "set_next_index",
+    "without_fingerprint",
 ]
 
 
