@@ -34,6 +34,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 TUTORIALS = sorted((DOCS / "tutorials").glob("*.py"))
 GUIDE_PAGES = [
+    "checkpointing.md",
     "concepts.md",
     "data_loader.md",
     "multiprocessing.md",

@@ -5,11 +5,11 @@ different element in a pipeline with another shuffle seed, another source
 length or one stage more or less. So the iterator its user holds (the
 outermost, see `_guard`) adds to every dict state it returns
 
-    "grain_fingerprint": "range(0:100:1)/0 > shuffle(1) > batch(32,False) > to_iter"
+    "grain_fingerprint": "range(0:100:1) > shuffle(#1a2b3c4d) > batch(32,False) > to_iter"
 
 and checks it in `set_state`: a state of another pipeline raises a ValueError
 naming the first stage that differs. The fingerprint lists, source first (in
-postfix order: a stage with k != 1 parents follows them and says ``/k``), only
+postfix order: a stage with k >= 2 parents follows them and says ``/k``), only
 the stages that decide which element a position denotes, with the parameters
 that do: source lengths, seeds of shuffles, slices, repeats, MapDataset batch
 sizes, mixture weights, packing lengths. Stages that change elements but not
@@ -114,7 +114,7 @@ def _stage_token(stage: Any, arity: int) -> str | None:
         if arity == 1:
             return None
         text = type(stage).__name__
-    return text if arity == 1 else f"{text}/{arity}"
+    return text if arity < 2 else f"{text}/{arity}"
 
 
 def tokens(dataset: Any) -> list[str]:

@@ -5,6 +5,16 @@ Position p of the output reads the next element of component
 within one element of each share) and needs no random numbers, so the state is
 the position plus each component's state. Output stops at the first position
 whose component is exhausted, as the API reference documents.
+
+Changing the mixture between runs (Grain allows it since 0.2.15) is defined
+here as: every component continues at exactly the element after the last one
+it delivered, and the choice of component from the restored position p on
+follows the new weights, as if they had been used from the start (position p
+of the new schedule). The state lists a hash of each component's pipeline
+fingerprint (`components`), so components are matched by what they are, not
+by their place in the list: a component added since the checkpoint starts at
+its beginning, a removed one is dropped, reordered ones find their states.
+Both are logged on the "grain" logger.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from grain_dataset._base import (
     register,
 )
 from grain_dataset._combine import mix_weights
+from grain_dataset._fingerprint import component_hash, logger, unstamped
 from grain_dataset._state import check_parents_state, check_state
 from grain_index import MixingSchedule
 
@@ -71,6 +82,12 @@ class MixedIterDataset(IterDataset[Any]):
     def __iter__(self) -> DatasetIterator[Any]:
         return _MixedIterator(self, [iter(parent) for parent in self._parents])
 
+    def _component_hashes(self) -> list[str]:
+        hashes = self.__dict__.get("_hashes")
+        if hashes is None:
+            hashes = self.__dict__["_hashes"] = [component_hash(p) for p in self._parents]
+        return hashes
+
     def __repr__(self) -> str:
         return f"MixedIterDataset(weights={self._weights})"
 
@@ -93,12 +110,31 @@ class _MixedIterator(DatasetIterator[Any]):
         return {
             "position": self._position,
             "parents": [iterator.get_state() for iterator in self._iterators],
+            "components": list(self._dataset._component_hashes()),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         stage = repr(self._dataset)
-        check_state(state, stage, ("position", "parents"))
-        parents = check_parents_state(state, stage, len(self._iterators))
+        if isinstance(state, dict) and "components" in state:
+            # A state of this version: components are matched by their fingerprints.
+            saved = state["components"]
+            state = {key: value for key, value in state.items() if key != "components"}
+            check_state(state, stage, ("position", "parents"))
+            old = state["parents"]
+            if (
+                not isinstance(saved, list)
+                or not isinstance(old, list)
+                or len(saved) != len(old)
+                or not all(isinstance(text, str) for text in saved)
+            ):
+                raise ValueError(
+                    f"state['components'] of {stage} must list one hash string per entry of "
+                    f"state['parents'], got {saved!r}; the state is corrupt."
+                )
+            parents = self._match_components(saved, old)
+        else:  # an older state: components by their place in the list
+            check_state(state, stage, ("position", "parents"))
+            parents = check_parents_state(state, stage, len(self._iterators))
         previous = [iterator.get_state() for iterator in self._iterators]
         try:
             for iterator, parent_state in zip(self._iterators, parents, strict=True):
@@ -109,3 +145,36 @@ class _MixedIterator(DatasetIterator[Any]):
                 iterator.set_state(parent_state)
             raise
         self._position = state["position"]
+
+    def _match_components(self, saved: list[str], old: list[Any]) -> list[Any]:
+        """A state for each component: its own from `old`, or its beginning's if it is new."""
+        mine = self._dataset._component_hashes()
+        if saved == mine:
+            return old
+        unused = set(range(len(saved)))
+        states: list[Any] = []
+        fresh = []
+        for index, digest in enumerate(mine):
+            same_place = index < len(saved) and saved[index] == digest and index in unused
+            match = (
+                index
+                if same_place
+                else next((j for j in sorted(unused) if saved[j] == digest), None)
+            )
+            if match is None:
+                fresh.append(index)
+                iterator = unstamped(iter(self._dataset._parents[index]))
+                states.append(iterator.get_state())
+                iterator.close()
+            else:
+                unused.discard(match)
+                states.append(old[match])
+        logger.warning(
+            "%s: the mixture changed since the checkpoint; components %s start at their "
+            "beginning (not in the checkpoint), %d checkpointed component(s) are no longer "
+            "mixed, the others continue where they stopped.",
+            repr(self._dataset),
+            fresh,
+            len(unused),
+        )
+        return states
