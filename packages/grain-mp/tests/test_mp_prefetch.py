@@ -111,6 +111,29 @@ def test_checkpoint_restores_exactly_at_every_step():
     assert _no_children_left()
 
 
+def test_a_state_of_another_seed_is_refused_and_worker_states_carry_no_fingerprint():
+    def pipeline(seed):
+        ds = MapDataset.range(30).seed(seed).shuffle().to_iter_dataset()
+        return ds.mp_prefetch(_options(2))
+
+    it = iter(pipeline(1))
+    for _ in range(5):
+        next(it)
+    state = it.get_state()
+    it.close()
+    # One fingerprint, the mp_prefetch iterator's; the workers' states are positions.
+    assert json.dumps(state).count("grain_fingerprint") == 1
+    assert state["grain_fingerprint"].endswith("to_iter > round_robin")
+    other = iter(pipeline(2))
+    with pytest.raises(ValueError, match=r"different pipeline: stage 2 .*shuffle"):
+        other.set_state(state)
+    same = iter(pipeline(1))
+    same.set_state(state)
+    assert list(same) == list(iter(pipeline(1)))[5:]
+    other.close()
+    assert _no_children_left()
+
+
 def test_state_is_small_json_and_restores_across_epochs():
     ds = MapDataset.range(30).seed(1).shuffle().repeat(3).to_iter_dataset()
     mp = ds.mp_prefetch(_options(2))

@@ -44,7 +44,9 @@ _SEPARATOR = " > "
 _MAX_TEXT = 512
 _FORCED = "_grain_force_restore"  # in an iterator's __dict__: skip the next check
 _DATASET = "_grain_dataset"  # in an iterator's __dict__: the dataset iter() was called on
-_CACHE = "_grain_fingerprint_tokens"  # in a dataset's __dict__: its tokens (datasets are immutable)
+# In a dataset's __dict__ (datasets are immutable): its tokens and its fingerprint text.
+_CACHE = "_grain_fingerprint_tokens"
+_TEXT = "_grain_fingerprint_text"
 
 logger = logging.getLogger("grain")
 
@@ -127,11 +129,14 @@ def tokens(dataset: Any) -> list[str]:
 
 
 def fingerprint(dataset: Any) -> str:
-    """The fingerprint text of `dataset` (see the module docstring)."""
-    parts = tokens(dataset)
-    text = _SEPARATOR.join(parts)
-    if len(text) > _MAX_TEXT:
-        text = _SEPARATOR.join("#" + _hash(part) for part in parts)
+    """The fingerprint text of `dataset` (see the module docstring; cached on the dataset)."""
+    text = dataset.__dict__.get(_TEXT)
+    if text is None:
+        parts = tokens(dataset)
+        text = _SEPARATOR.join(parts)
+        if len(text) > _MAX_TEXT:
+            text = _SEPARATOR.join("#" + _hash(part) for part in parts)
+        dataset.__dict__[_TEXT] = text
     return text
 
 
@@ -219,6 +224,8 @@ def verify(iterator: Any, state: Any) -> tuple[Any, bool]:
             f"state[{KEY!r}] must be the string get_state() wrote, got {saved!r}; the state "
             "is corrupt."
         )
+    if saved == fingerprint(dataset):  # the common case, from the cached tokens
+        return state, False
     current = _tokens_and_stages(dataset)
     difference = _first_difference(saved.split(_SEPARATOR), [text for text, _ in current])
     if difference is None:
