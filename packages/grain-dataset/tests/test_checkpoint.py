@@ -498,12 +498,18 @@ def state_after(build, steps):
     return state
 
 
+def older_mix(state):
+    return {"position": state["position"], "parents": state["parents"]}
+
+
 BAD_STATES = [
     ("mix state into plain", plain, lambda: state_after(mixed, 3)),
     ("plain state into random_map", random_mapped, lambda: state_after(plain, 3)),
     ("random_map state into mix", mixed, lambda: state_after(random_mapped, 3)),
-    ("3-way mix state into 2-way mix", mixed, lambda: state_after(mixed_three, 3)),
-    ("2-way mix state into 3-way mix", mixed_three, lambda: state_after(mixed, 3)),
+    # A mix state of this version names its components, which may change on purpose
+    # (test_fingerprint.py); an older one, without, must have one state per component.
+    ("older 3-way mix state into 2-way mix", mixed, lambda: older_mix(state_after(mixed_three, 3))),
+    ("older 2-way mix state into 3-way mix", mixed_three, lambda: older_mix(state_after(mixed, 3))),
     ("map_with_index state into mix", mixed, lambda: state_after(indexed, 3)),
     ("longer pipeline's state", plain, lambda: {"next_index": 80}),
     ("missing key", random_mapped, lambda: {"parent": {"next_index": 0}}),
