@@ -146,8 +146,9 @@ class Rule:
 STATE_FORMAT = (
     "iterator state format is implementation-defined: upstream's DatasetIterator.get_state "
     "docstring reserves the right to change it and only guarantees restoring with the same "
-    "code; ours records global positions in the index space (DESIGN.md), so its keys differ. "
-    "The resumed elements are compared (and must agree) in the same case."
+    "code; ours records global positions in the index space (DESIGN.md), so its keys differ, "
+    "and adds a fingerprint of the pipeline (docs/checkpointing.md) so that a state of another "
+    "pipeline is refused. The resumed elements are compared (and must agree) in the same case."
 )
 SHUFFLE_ALGO = (
     "shuffle order: ours uses its own keyed bijective index shuffle (grain-index SHUFFLE.md), "
@@ -254,6 +255,8 @@ RULES: list[Rule] = [
         "objects as shape/dtype; ours requires both",
     ),
     Rule("state.shape.*", ("value",), STATE_FORMAT),
+    Rule("state.shape_stable_over_iteration", ("value",), STATE_FORMAT),
+    Rule("iter.iterator.close_then_get_state", ("value",), STATE_FORMAT),
     Rule("*.state_shape*", ("value",), STATE_FORMAT),
     Rule("dl.state.fresh", ("value",), STATE_FORMAT),
     Rule("dl.state.type_and_content", ("value",), STATE_FORMAT, only_keys=("decoded",)),
