@@ -298,6 +298,14 @@ class MapDataset(_Dataset, Generic[T]):
         """Elements at `indices` (int64 array); stages that can vectorize override this."""
         return [self._getitem(index) for index in indices.tolist()]
 
+    def _gatherable(self) -> bool:
+        """Whether `_gather` reads many records already stacked (grain_dataset._gather)."""
+        return False
+
+    def _gather(self, indices: np.ndarray) -> Any:
+        """The records at `indices` stacked along a new first axis, or NotImplemented."""
+        return NotImplemented
+
     def __iter__(self) -> DatasetIterator[T]:
         return iter(self.to_iter_dataset())
 

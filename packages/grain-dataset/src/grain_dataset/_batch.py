@@ -86,9 +86,19 @@ class BatchMapDataset(MapStage):
             self._length = self._parent_length // self._batch_size
         else:
             self._length = -(-self._parent_length // self._batch_size)
+        # Index arithmetic down to an array source: read each batch stacked (_gather.py).
+        self._gathers = batch_fn is None and parent._gatherable()
 
     def __len__(self) -> int:
         return self._length
+
+    def _gathered(self, start: int, stop: int) -> Any:
+        """Parent elements [start, stop) read stacked, or NotImplemented."""
+        try:
+            return self._parent._gather(np.arange(start, stop, dtype=np.int64))
+        except Exception as error:
+            note_stage(error, self)
+            raise
 
     def _combine(self, values: list[Any]) -> Any:
         values = [value for value in values if value is not None]
@@ -112,6 +122,10 @@ class BatchMapDataset(MapStage):
         start, stop = self._bounds(index)
         if stop > INFINITE:  # past int64: far-away epochs, read one by one
             return self._combine([self._parent._getitem(i) for i in range(start, stop)])
+        if self._gathers:
+            batch = self._gathered(start, stop)
+            if batch is not NotImplemented:
+                return batch
         return self._combine(self._parent._getitems(np.arange(start, stop, dtype=np.int64)))
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
@@ -130,6 +144,13 @@ class BatchMapDataset(MapStage):
             offsets = batches * size
             sizes = np.minimum(size, self._parent_length - offsets)
             starts = epochs * self._parent_length + offsets
+        if self._gathers:
+            batches = [
+                self._gathered(start, start + size)
+                for start, size in zip(starts.tolist(), sizes.tolist(), strict=True)
+            ]
+            if all(batch is not NotImplemented for batch in batches):
+                return batches
         total = int(sizes.sum())
         # All parent indices of all batches in one array: each batch's start
         # repeated over its size, plus the position within the batch.
@@ -140,7 +161,8 @@ class BatchMapDataset(MapStage):
         return [self._combine(values[bounds[k] : bounds[k + 1]]) for k in range(len(indices))]
 
     def _describe(self) -> str:
-        return f"batch_size={self._batch_size}, drop_remainder={self._drop_remainder}"
+        text = f"batch_size={self._batch_size}, drop_remainder={self._drop_remainder}"
+        return text + (", gather=True" if self._gathers else "")
 
 
 @register("iter_batch")

@@ -15,6 +15,7 @@ import numpy as np
 
 from grain_dataset._base import INFINITE, MapDataset, dataset_list, register
 from grain_dataset._fingerprint import token
+from grain_dataset._gather import interleave
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_index import MixingSchedule, _validate
 
@@ -68,6 +69,20 @@ def _gather(
     return result
 
 
+def _gather_stacked(
+    datasets: Sequence[MapDataset[Any]], components: np.ndarray, within: np.ndarray
+) -> Any:
+    """`_gather` of indices within[k] of datasets[components[k]], interleaved back in order."""
+    parts = []
+    for component in np.unique(components).tolist():
+        where = np.flatnonzero(components == component)
+        part = datasets[component]._gather(within[where])
+        if part is NotImplemented:
+            return NotImplemented
+        parts.append((where, part))
+    return interleave(parts, len(components))
+
+
 @register("concatenate")
 class ConcatenateMapDataset(MapStage):
     """The components' elements one after the other."""
@@ -116,6 +131,18 @@ class ConcatenateMapDataset(MapStage):
         within = epochs * lengths[components] + offsets - self._starts[components]
         return _gather(self._datasets, components, within)
 
+    def _gatherable(self) -> bool:
+        return bool(self._datasets) and all(ds._gatherable() for ds in self._datasets)
+
+    def _gather(self, indices: np.ndarray) -> Any:
+        if not self._length or not fits_int64(indices, self._length, max(self._lengths)):
+            return NotImplemented
+        epochs, offsets = epochs_of(indices, self._length)
+        components = np.searchsorted(self._starts, offsets, side="right") - 1
+        lengths = np.asarray(self._lengths, dtype=np.int64)
+        within = epochs * lengths[components] + offsets - self._starts[components]
+        return _gather_stacked(self._datasets, components, within)
+
     def _describe(self) -> str:
         return f"lengths={self._lengths}"
 
@@ -159,6 +186,18 @@ class MixedMapDataset(MapStage):
         except OverflowError:
             return super()._getitems(indices)
         return _gather(self._datasets, components, within)
+
+    def _gatherable(self) -> bool:
+        return all(ds._gatherable() for ds in self._datasets)
+
+    def _gather(self, indices: np.ndarray) -> Any:
+        if not self._length:
+            return NotImplemented
+        try:
+            components, within = self._schedule.lookup_epochs_array(indices, self._lengths)
+        except OverflowError:
+            return NotImplemented
+        return _gather_stacked(self._datasets, components, within)
 
     def _describe(self) -> str:
         return f"weights={self._weights}, lengths={self._lengths}"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from grain_dataset._base import IterDataset, register
 from grain_dataset._stage import MapStage
 from grain_index import _validate, derive_seed
@@ -56,6 +58,11 @@ class SeedMapDataset(MapStage):
 
     def _getitems(self, indices: Any) -> list[Any]:
         return self._parent._getitems(indices)
+
+    _maps_indices = True
+
+    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
+        return indices
 
     def _describe(self) -> str:
         return f"seed={self._seed}"

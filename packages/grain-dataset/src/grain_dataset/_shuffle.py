@@ -60,15 +60,17 @@ class ShuffleMapDataset(MapStage):
                 self._epoch_functions[epoch] = shuffle
         return self._parent._getitem(epoch * n + shuffle(offset))
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
+    _maps_indices = True
+
+    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
         n = self._length
         if not n or not fits_int64(indices, n, n):
-            return super()._getitems(indices)
+            return None
         epochs, offsets = epochs_of(indices, n)
         first = int(epochs[0]) if epochs.size else 0
         if not epochs.size or (epochs == first).all():
             positions = index_shuffle_array(offsets, n - 1, self._epoch_seed(first), DEFAULT_ROUNDS)
-            return self._parent._getitems(positions + first * n)
+            return positions + first * n
         parent_indices = np.empty_like(indices)
         for epoch in np.unique(epochs).tolist():
             mask = epochs == epoch
@@ -76,6 +78,12 @@ class ShuffleMapDataset(MapStage):
                 offsets[mask], n - 1, self._epoch_seed(epoch), DEFAULT_ROUNDS
             )
             parent_indices[mask] = shuffled + epoch * n
+        return parent_indices
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        parent_indices = self._parent_indices(indices)
+        if parent_indices is None:
+            return super()._getitems(indices)
         return self._parent._getitems(parent_indices)
 
     def _describe(self) -> str:

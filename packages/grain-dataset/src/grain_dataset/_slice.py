@@ -60,17 +60,25 @@ class SliceMapDataset(MapStage):
         epoch, offset = divmod(index, length)
         return self._parent._getitem(epoch * self._parent_length + int(self._range[offset]))
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
+    _maps_indices = True
+
+    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
         length = len(self._range)
         if not length:
             raise IndexError("the dataset is empty: it has no element at any index.")
         r = self._range
         if not fits_int64(indices, length, self._parent_length):
-            return super()._getitems(indices)
+            return None
         epochs, offsets = epochs_of(indices, length)
         if isinstance(r, np.ndarray):
-            return self._parent._getitems(epochs * self._parent_length + r[offsets])
-        return self._parent._getitems(epochs * self._parent_length + r.start + offsets * r.step)
+            return epochs * self._parent_length + r[offsets]
+        return epochs * self._parent_length + r.start + offsets * r.step
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        parent_indices = self._parent_indices(indices)
+        if parent_indices is None:
+            return super()._getitems(indices)
+        return self._parent._getitems(parent_indices)
 
     def _describe(self) -> str:
         r = self._range
@@ -147,6 +155,11 @@ class RepeatMapDataset(MapStage):
         if self._fold is not None:
             index %= self._fold
         return self._parent._getitem(index)
+
+    _maps_indices = True
+
+    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
+        return indices % self._fold if self._fold is not None else indices
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         if self._fold is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ from grain_dataset._base import register
 from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of
 from grain_index import _validate
+from grain_sources import ArrayDataSource
 
 
 @register("source")
@@ -26,6 +28,13 @@ class SourceMapDataset(MapStage):
 
     def __init__(self, source: Any):
         super().__init__()
+        if (
+            isinstance(source, Mapping)
+            and source
+            and all(isinstance(value, np.ndarray) for value in source.values())
+        ):
+            # A dict of arrays is columnar data: record i holds row i of each.
+            source = ArrayDataSource(source)
         if not (hasattr(source, "__len__") and hasattr(source, "__getitem__")):
             raise TypeError(
                 "`source` must support random access (`__len__` and `__getitem__`), like a "
@@ -34,6 +43,14 @@ class SourceMapDataset(MapStage):
         self._source = source
         self._length = _validate.int_in_range(len(source), "len(source)", 0)
         self._batched = callable(getattr(source, "__getitems__", None))
+        # What reads many records stacked (grain_dataset._gather): an array of numbers or
+        # strings (as an ArrayDataSource over it, no copy), or a source with `gather`.
+        self._gatherer: Any = None
+        if isinstance(source, np.ndarray):
+            if source.dtype != object and source.ndim >= 1:
+                self._gatherer = ArrayDataSource(source)
+        elif callable(getattr(source, "gather", None)):
+            self._gatherer = source
 
     def __len__(self) -> int:
         return self._length
@@ -49,6 +66,16 @@ class SourceMapDataset(MapStage):
             return list(self._source.__getitems__(records))
         source = self._source
         return [source[record] for record in records]
+
+    def _gatherable(self) -> bool:
+        return self._gatherer is not None
+
+    def _gather(self, indices: np.ndarray) -> Any:
+        if self._gatherer is None:
+            return NotImplemented
+        if not self._length:
+            raise IndexError("the dataset is empty: it has no element at any index.")
+        return self._gatherer.gather(epochs_of(indices, self._length)[1])
 
     def _describe(self) -> str:
         return f"source={type(self._source).__name__}, len={self._length}"

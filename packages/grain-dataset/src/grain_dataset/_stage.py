@@ -29,6 +29,23 @@ class MapStage(MapDataset[Any]):
     def _getitem(self, index: int) -> Any:  # pragma: no cover - every stage overrides it
         raise NotImplementedError
 
+    # A stage whose element i is its one parent's element `_parent_indices(i)`: a batch
+    # can gather through it (see grain_dataset._gather).
+    _maps_indices = False
+
+    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
+        """The parent's indices of `indices`, or None where they do not fit int64."""
+        return None
+
+    def _gatherable(self) -> bool:
+        return self._maps_indices and self._parents[0]._gatherable()
+
+    def _gather(self, indices: np.ndarray) -> Any:
+        parent_indices = self._parent_indices(indices) if self._maps_indices else None
+        if parent_indices is None:
+            return NotImplemented
+        return self._parents[0]._gather(parent_indices)
+
     def _describe(self) -> str:
         return ""
 

@@ -10,6 +10,7 @@ that grain_dataset wraps as IterDatasets; `_writer` makes ArrayRecord files;
 """
 
 from grain_sources._array_record import ArrayRecordDataSource as ArrayRecordDataSource
+from grain_sources._arrays import ArrayDataSource as ArrayDataSource
 from grain_sources._parquet import ParquetReader as ParquetReader
 from grain_sources._protocol import RandomAccessDataSource as RandomAccessDataSource
 from grain_sources._range import RangeDataSource as RangeDataSource
@@ -22,6 +23,7 @@ from grain_sources._tfrecord import write_tfrecord as write_tfrecord
 from grain_sources._writer import write_array_record as write_array_record
 
 __all__ = [
+    "ArrayDataSource",
     "ArrayRecordDataSource",
     "CorruptRecordError",
     "InMemoryDataSource",
