@@ -144,6 +144,9 @@ def mp_prefetch(
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
     """The parent pipeline, run in `options.num_workers` processes (see the module doc)."""
 
+    # Marks it for `_start.check_not_nested`: a pipeline holding it cannot run in workers.
+    _starts_worker_processes = True
+
     def __init__(
         self,
         parent: IterDataset[Any],
@@ -156,6 +159,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
                 "mp_prefetch needs an IterDataset: call .to_iter_dataset() on the MapDataset "
                 f"first, got {type(parent).__name__}."
             )
+        _start.check_not_nested(parent)
         super().__init__(parent)
         self._options = options
         self._worker_init_fn = worker_init_fn
@@ -386,6 +390,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         return options.min_shm_size if options is not None else 0
 
     def _start(self) -> list[_Worker]:
+        _start.check_can_start_workers()
         dataset = self._dataset
         # Segments of runs whose processes were all killed (preemption) go first.
         sweep_dead_segments()
