@@ -113,7 +113,7 @@ def _stop_all_at_exit() -> None:
 
 
 # Messages from a worker: (kind, ...).
-_ELEMENTS, _END, _ERROR = "elements", "end", "error"
+_ELEMENTS, _END, _ERROR, _WARNING = "elements", "end", "error", "warning"
 # A worker sends up to _GROUP elements in one message, none held longer than _GROUP_S.
 _GROUP = 8
 _GROUP_S = 0.0005
@@ -219,7 +219,14 @@ def _worker_main(
             conn.close()
     # Room for the elements in flight plus a few the consumer still holds (zero copy).
     # The parent copies out past _HELD_BY_CONSUMER held elements; this bound is a safety net.
-    pool = SegmentPool(owner_pid=parent_pid, max_lent=buffer_size + 2 * _HELD_BY_CONSUMER)
+    # What the pool has to say (shared memory is full) is said in the parent, where the
+    # user sees it and the user's warning filters apply.
+    told: list[str] = []
+    pool = SegmentPool(
+        owner_pid=parent_pid,
+        max_lent=buffer_size + 2 * _HELD_BY_CONSUMER,
+        on_fallback=told.append,
+    )
     # Cheap elements go in groups: one message (a pipe write, a wake-up of the
     # parent, a read) per element was a third of the transport cost.
     group: list[tuple[Any, Any]] = []
@@ -260,6 +267,8 @@ def _worker_main(
             # Arrays travel through reused shared memory; the rest is pickled.
             item = (pool.encode(element), iterator.get_state())
             del element
+            if told:
+                out.send((_WARNING, told.pop()))
             if not credit.left:
                 if group:  # never hold elements while waiting for the parent
                     out.send((_ELEMENTS, group))
@@ -382,6 +391,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         self._grant_every = max(1, dataset._options.per_worker_buffer_size // 2)
         self._owed = [0] * count
         self._released: list[list[str]] = [[] for _ in range(count)]
+        self._warned = False
 
     # -- worker life cycle -------------------------------------------------------------
 
@@ -557,9 +567,18 @@ class _MultiprocessIterator(RoundRobinIterator):
                 self._ended[index] = True
                 self._next_worker = (index + 1) % self._count
                 continue
+            if kind == _WARNING:
+                self._warn_once(message[1])
+                continue
             self._raise_worker_error(index, message)
         self._stop()
         raise StopIteration
+
+    def _warn_once(self, text: str) -> None:
+        """A worker's warning, issued here; each worker says it once, the user hears it once."""
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"grain workers: {text}", RuntimeWarning, stacklevel=4)
 
     def _raise_worker_error(self, index: int, message: tuple[Any, ...]) -> None:
         _, blob, summary, text = message
