@@ -18,6 +18,8 @@ import functools
 import os
 import pathlib
 import re
+import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -140,6 +142,23 @@ def double(x):
     return 2 * x
 
 
+def inner(n):
+    # A pipeline with workers, iterated inside a worker: it cannot start them.
+    options = grain.MultiprocessingOptions(num_workers=2)
+    return sum(grain.MapDataset.range(n).to_iter_dataset().mp_prefetch(options))
+
+
+def image(i):
+    return np.zeros((224, 224, 3), np.uint8)
+
+
+def limit_file_size(worker_index, worker_count):
+    # Segments are files: below 1 MiB, none can be made (SIGXFSZ ignored: EFBIG instead).
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 19, hard))
+
+
 def add_under(lock, x):
     with lock:
         return x + 1
@@ -163,14 +182,27 @@ def _messages(tmp_path, monkeypatch):
     expect(TypeError, lambda: grain.MapDataset.source(x for x in range(3)))
     expect(AttributeError, lambda: grain.MapDataset.range(10).mp_prefetch())
     expect(AttributeError, lambda: grain.MapDataset.range(10).to_iter_dataset().shuffle(seed=0))
+    options = grain.MultiprocessingOptions(num_workers=2)
+    expect(
+        ValueError,
+        lambda: (
+            grain.MapDataset.range(10)
+            .to_iter_dataset()
+            .mp_prefetch(options)
+            .map(double)
+            .mp_prefetch(options)
+        ),
+    )
     expect(KeyError, lambda: next(iter(grain.MapDataset.source([{"id": 1}]).map(parse_record))))
     expect(ValueError, lambda: grain.MapDataset.source([np.zeros(2), np.zeros(3)]).batch(2)[0])
     with pytest.warns(UserWarning, match="filter_warn_threshold_ratio") as warned:
         list(grain.MapDataset.range(1000).filter(lambda x: x == 0).to_iter_dataset())
     out.append(f"UserWarning: {warned[0].message}")
+    with pytest.warns(UserWarning, match="dropped 50 of 50") as warned:
+        list(grain.MapDataset.source([None] * 50).to_iter_dataset())
+    out.append(f"UserWarning: {warned[0].message}")
     expect(TypeError, lambda: pygrain.InMemoryDataSource([{"id": 1}]))
 
-    options = grain.MultiprocessingOptions(num_workers=2)
     with monkeypatch.context() as patch:
         patch.setenv("GRAIN_MP_START_METHOD", "spawn")
         expect(TypeError, lambda: make_pipeline().to_iter_dataset().mp_prefetch(options))
@@ -182,6 +214,15 @@ def _messages(tmp_path, monkeypatch):
         edit=lambda message: message.split("its traceback:")[0] + "its traceback:",
     )
     expect(RuntimeError, lambda: list(ds.map(dies_on_5).to_iter_dataset().mp_prefetch(options)))
+    expect(
+        RuntimeError,
+        lambda: list(ds.map(inner).to_iter_dataset().mp_prefetch(options)),
+        edit=lambda message: message.split("its traceback:")[0] + "its traceback:",
+    )
+    images = grain.MapDataset.range(4).map(image).to_iter_dataset()
+    with pytest.warns(RuntimeWarning, match="Not enough shared memory") as warned:
+        list(images.mp_prefetch(options, worker_init_fn=limit_file_size))
+    out.append(re.sub(r"'grain_\w+'", "'<name>'", f"RuntimeWarning: {warned[0].message}"))
 
     def other_seed_state():
         it = iter(grain.MapDataset.range(10).shuffle(seed=1).to_iter_dataset())

@@ -63,7 +63,11 @@ PIPELINES = {
     "allow_nones": lambda ro: (
         MapDataset.range(20).filter(lambda x: x % 3).to_iter_dataset(ro, allow_nones=True)
     ),
-    "all_filtered": lambda ro: MapDataset.range(30).filter(lambda x: False).to_iter_dataset(ro),
+    # Dropping everything on purpose: the warning about it is off.
+    "all_filtered": lambda ro: WithOptionsIterDataset(
+        MapDataset.range(30).filter(lambda x: False).to_iter_dataset(ro),
+        DatasetOptions(filter_warn_threshold_ratio=None),
+    ),
     "empty": lambda ro: MapDataset.range(0).to_iter_dataset(ro),
     "iter_filter": lambda ro: MapDataset.range(40).to_iter_dataset(ro).filter(lambda x: x % 3),
     "map_with_index_both_sides": lambda ro: (

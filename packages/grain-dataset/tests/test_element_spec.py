@@ -210,7 +210,11 @@ def test_empty_map_dataset():
 
 
 def test_map_dataset_that_filters_everything():
-    with pytest.raises(ValueError, match="produced no element"):
+    # The filter-ratio check also says that every element was dropped.
+    with (
+        pytest.warns(UserWarning, match="dropped 5 of 5"),
+        pytest.raises(ValueError, match="produced no element"),
+    ):
         get_element_spec(MapDataset.range(5).filter(lambda i: False))
 
 

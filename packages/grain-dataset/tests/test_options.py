@@ -157,6 +157,81 @@ def test_ratios_are_checked_only_after_min_filter_check_elements(where):
         assert list(many) == [0]
 
 
+# -- an epoch that drops everything, however short ------------------------------------------------
+
+
+def drops_all(where: str, n: int = 50) -> IterDataset:
+    """`n` elements, every one dropped: by a filter, or as None records of the source."""
+    if where == "none":
+        return MapDataset.source([None] * n).to_iter_dataset()
+    if where == "map":
+        return MapDataset.range(n).filter(lambda x: False).to_iter_dataset()
+    return MapDataset.range(n).to_iter_dataset().filter(lambda x: False)
+
+
+ALL_DROPPED = ["none", "map", "iter"]
+
+
+@pytest.mark.parametrize("where", ALL_DROPPED)
+@pytest.mark.parametrize("n", [1, 50, MIN_FILTER_CHECK - 1])
+def test_an_epoch_that_drops_every_element_warns_whatever_its_size(where, n):
+    values, caught = run_recording(drops_all(where, n))
+    assert values == []
+    assert len(caught) == 1
+    assert f"dropped {n} of {n} elements (100.0%)" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("where", ALL_DROPPED)
+def test_an_epoch_that_drops_every_element_raises_under_a_raise_threshold(where):
+    with pytest.raises(ValueError, match=f"dropped 50 of 50 elements.*{RAISE}=0.5"):
+        list(with_options(drops_all(where), **{RAISE: 0.5}))
+
+
+@pytest.mark.parametrize("where", ALL_DROPPED)
+def test_an_epoch_that_drops_every_element_obeys_the_thresholds(where):
+    # A threshold of 1.0 is never exceeded, and None turns the check off.
+    assert list(with_options(drops_all(where), **{WARN: 1.0, RAISE: 1.0})) == []
+    assert list(with_options(drops_all(where), **{WARN: None})) == []
+
+
+@pytest.mark.parametrize("where", ALL_DROPPED)
+def test_a_leading_run_of_drops_is_judged_before_the_end(where):
+    # 10 000 elements: the first MIN_FILTER_CHECK and more are dropped, the rest kept.
+    n = 10_000
+    keep = 3 * MIN_FILTER_CHECK
+    if where == "none":
+        ds = MapDataset.source([None] * keep + list(range(n - keep))).to_iter_dataset()
+    elif where == "map":
+        ds = MapDataset.range(n).filter(lambda x: x >= keep).to_iter_dataset()
+    else:
+        ds = MapDataset.range(n).to_iter_dataset().filter(lambda x: x >= keep)
+    it = iter(with_options(ds, **{RAISE: 0.5}))
+    with pytest.raises(ValueError, match=RAISE):
+        next(it)
+
+
+@pytest.mark.parametrize("where", WHERE)
+def test_a_short_epoch_that_keeps_one_element_is_quiet(where):
+    # 49 of 50 dropped: not everything, and too few to judge a ratio.
+    assert list(drops(50, n=50, where=where)) == [0]
+
+
+@pytest.mark.parametrize("where", ALL_DROPPED)
+def test_a_restored_iterator_whose_rest_is_all_dropped_is_quiet(where):
+    # Only the last elements of the epoch are left, and they are all dropped: legitimate.
+    if where == "none":
+        ds = MapDataset.source([0, 1, None, None]).to_iter_dataset()
+    elif where == "map":
+        ds = MapDataset.range(4).filter(lambda x: x < 2).to_iter_dataset()
+    else:
+        ds = MapDataset.range(4).to_iter_dataset().filter(lambda x: x < 2)
+    it = iter(ds)
+    assert [next(it), next(it)] == [0, 1]
+    restored = iter(with_options(ds, **{RAISE: 0.0}))
+    restored.set_state(it.get_state())
+    assert list(restored) == []
+
+
 # -- errors --------------------------------------------------------------------------------------
 
 

@@ -92,10 +92,13 @@ class _FilterIterator(DatasetIterator[Any]):
         self._seen = 0
         self._dropped = 0
 
-    def _report(self) -> None:
+    def _report(self, end: bool = False) -> None:
         seen, dropped = self._seen, self._dropped
         self._seen = self._dropped = 0
-        self._check.add(seen, dropped, options_of(self))
+        options = options_of(self)
+        self._check.add(seen, dropped, options)
+        if end:
+            self._check.end(options)
 
     def __next__(self) -> Any:
         fn = self._fn
@@ -103,7 +106,7 @@ class _FilterIterator(DatasetIterator[Any]):
             try:
                 value = next(self._parent)
             except StopIteration:
-                self._report()
+                self._report(end=True)
                 raise
             try:
                 keep = fn(value)
@@ -122,6 +125,7 @@ class _FilterIterator(DatasetIterator[Any]):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
+        self._check.restored()
 
 
 class _CountingIterator(DatasetIterator[Any]):

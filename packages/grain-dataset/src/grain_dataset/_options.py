@@ -110,7 +110,11 @@ class DatasetOptions:
         memory (default 0: the transport decides by its own threshold).
 
     A ratio is checked once a filter has seen at least `MIN_FILTER_CHECK`
-    elements, so a few unlucky first elements do not trip it. Options record
+    elements, so a few unlucky first elements do not trip it. An iteration
+    that ends before that having dropped every element it saw (at least one:
+    a filter that drops everything, a source whose records are all None)
+    counts as a ratio of 1.0, so by default it warns rather than ending
+    silently empty. Options record
     which fields were given: `merge` lets those win, even when a given value
     equals the default.
     """

@@ -222,7 +222,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         # readers (threads), the readers' CPU time, elements handed out.
         self.waited_s = 0.0
         self.read_cpu_s = 0.0
-        self._filter_check = FilterRatioCheck(f"the filters before {dataset!r}")
+        self._filter_check = FilterRatioCheck(f"the filters (or None records) before {dataset!r}")
         self._reset(0)
 
     def _reset(self, position: int) -> None:
@@ -340,6 +340,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 self._dropped = 0
             if not self._next_chunk():
                 self._next = self._length
+                self._filter_check.end(options_of(self))
                 raise StopIteration
             values, cursor = self._values, 0
 
@@ -360,6 +361,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 f"state['next_index']={position} is past the end of this dataset "
                 f"(length {self._length}): the state is from a different pipeline."
             )
+        if position:
+            self._filter_check.restored()
         self._reset(position)
 
     def _get_next_index(self) -> int:
@@ -370,6 +373,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
             raise OutOfRangeError(
                 f"index {index} is past the end of this dataset (length {self._length})."
             )
+        if index:
+            self._filter_check.restored()
         self._reset(index)
 
     def start_prefetch(self) -> None:

@@ -113,7 +113,7 @@ def _stop_all_at_exit() -> None:
 
 
 # Messages from a worker: (kind, ...).
-_ELEMENTS, _END, _ERROR = "elements", "end", "error"
+_ELEMENTS, _END, _ERROR, _WARNING = "elements", "end", "error", "warning"
 # A worker sends up to _GROUP elements in one message, none held longer than _GROUP_S.
 _GROUP = 8
 _GROUP_S = 0.0005
@@ -144,6 +144,9 @@ def mp_prefetch(
 class MultiprocessPrefetchIterDataset(IterDataset[Any]):
     """The parent pipeline, run in `options.num_workers` processes (see the module doc)."""
 
+    # Marks it for `_start.check_not_nested`: a pipeline holding it cannot run in workers.
+    _starts_worker_processes = True
+
     def _fingerprint_token(self) -> str | None:
         # The same as multithread_prefetch's: their states restore into each other.
         return "round_robin"
@@ -160,6 +163,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
                 "mp_prefetch needs an IterDataset: call .to_iter_dataset() on the MapDataset "
                 f"first, got {type(parent).__name__}."
             )
+        _start.check_not_nested(parent)
         super().__init__(parent)
         self._options = options
         self._worker_init_fn = worker_init_fn
@@ -219,7 +223,14 @@ def _worker_main(
             conn.close()
     # Room for the elements in flight plus a few the consumer still holds (zero copy).
     # The parent copies out past _HELD_BY_CONSUMER held elements; this bound is a safety net.
-    pool = SegmentPool(owner_pid=parent_pid, max_lent=buffer_size + 2 * _HELD_BY_CONSUMER)
+    # What the pool has to say (shared memory is full) is said in the parent, where the
+    # user sees it and the user's warning filters apply.
+    told: list[str] = []
+    pool = SegmentPool(
+        owner_pid=parent_pid,
+        max_lent=buffer_size + 2 * _HELD_BY_CONSUMER,
+        on_fallback=told.append,
+    )
     # Cheap elements go in groups: one message (a pipe write, a wake-up of the
     # parent, a read) per element was a third of the transport cost.
     group: list[tuple[Any, Any]] = []
@@ -261,6 +272,8 @@ def _worker_main(
             # Arrays travel through reused shared memory; the rest is pickled.
             item = (pool.encode(element), iterator.get_state())
             del element
+            if told:
+                out.send((_WARNING, told.pop()))
             if not credit.left:
                 if group:  # never hold elements while waiting for the parent
                     out.send((_ELEMENTS, group))
@@ -383,6 +396,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         self._grant_every = max(1, dataset._options.per_worker_buffer_size // 2)
         self._owed = [0] * count
         self._released: list[list[str]] = [[] for _ in range(count)]
+        self._warned = False
 
     # -- worker life cycle -------------------------------------------------------------
 
@@ -391,6 +405,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         return options.min_shm_size if options is not None else 0
 
     def _start(self) -> list[_Worker]:
+        _start.check_can_start_workers()
         dataset = self._dataset
         # Segments of runs whose processes were all killed (preemption) go first.
         sweep_dead_segments()
@@ -557,9 +572,18 @@ class _MultiprocessIterator(RoundRobinIterator):
                 self._ended[index] = True
                 self._next_worker = (index + 1) % self._count
                 continue
+            if kind == _WARNING:
+                self._warn_once(message[1])
+                continue
             self._raise_worker_error(index, message)
         self._stop()
         raise StopIteration
+
+    def _warn_once(self, text: str) -> None:
+        """A worker's warning, issued here; each worker says it once, the user hears it once."""
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"grain workers: {text}", RuntimeWarning, stacklevel=4)
 
     def _raise_worker_error(self, index: int, message: tuple[Any, ...]) -> None:
         _, blob, summary, text = message

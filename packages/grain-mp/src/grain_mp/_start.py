@@ -186,6 +186,58 @@ def context(method: str) -> Any:
     return ctx
 
 
+def check_not_nested(parent: Any) -> None:
+    """Refuses to build mp_prefetch over a pipeline that already has one.
+
+    Its workers would run the inner mp_prefetch, whose workers they cannot start
+    (see `check_can_start_workers`); said here, the error comes when the
+    pipeline is built, in the user's process, not from inside a worker.
+    """
+    for node in _nodes(parent):
+        if getattr(type(node), "_starts_worker_processes", False):
+            raise ValueError(
+                f"mp_prefetch over a pipeline that already has an mp_prefetch ({node!r}): "
+                "its worker processes would have to start worker processes of their own, "
+                "which Python does not allow (workers are daemon processes). Use one "
+                "mp_prefetch: move the stages between the two before it and give it the "
+                "workers of both (MultiprocessingOptions(num_workers=...)); to run the "
+                "later stages beside the workers, use threads instead: "
+                "grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=...)."
+            )
+
+
+def check_can_start_workers() -> None:
+    """Raises a clear error where Python would fail to start a worker process.
+
+    A daemon process may not have children (multiprocessing asserts it, with a
+    message that names neither grain nor the fix). Our workers are daemons, so
+    this is what a pipeline iterated inside a worker (in a map function, say)
+    meets when it has workers of its own.
+    """
+    process = multiprocessing.current_process()
+    if not process.daemon:
+        return
+    if process.name.startswith(WORKER_NAME + "-"):
+        where = f"inside the grain worker process {process.name!r}"
+        how = (
+            "a pipeline run by mp_prefetch (or by a DataLoader with worker_count > 0) "
+            "iterates, in one of its functions, another pipeline with mp_prefetch or a "
+            "DataLoader with workers"
+        )
+    else:
+        where = f"inside the daemon process {process.name!r}"
+        how = (
+            "a pipeline with workers is iterated in a daemon process (a "
+            "multiprocessing.Pool worker, say)"
+        )
+    raise RuntimeError(
+        f"mp_prefetch cannot start worker processes {where}: daemon processes may not "
+        f"have children. This happens when {how}. Give the inner pipeline no workers "
+        "(MultiprocessingOptions(num_workers=0), or DataLoader(worker_count=0)), or read "
+        "ahead with threads there (grain.experimental.ThreadPrefetchIterDataset)."
+    )
+
+
 def start_failed(error: BaseException, method: str, cause: str) -> RuntimeError:
     """The error for workers that the `method` start method (chosen `cause`) could not start."""
     return RuntimeError(

@@ -267,30 +267,51 @@ def create_segment(name: str, size: int) -> mmap.mmap:
     fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     try:
         os.ftruncate(fd, size)
-        _reserve(fd, size, name)
+        _reserve(fd, size)
         return mmap.mmap(fd, size)
-    except BaseException:
+    except BaseException as error:
+        # Half made (sized, or partly reserved): its name must not outlive the failure.
         unlink_segment(name)
+        if isinstance(error, OSError):
+            raise _no_room(error, size, name) from None
         raise
     finally:
         os.close(fd)  # the mapping keeps the segment alive on its own
 
 
-def _reserve(fd: int, size: int, name: str) -> None:
+def _reserve(fd: int, size: int) -> None:
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as error:
-        if error.errno in (errno.ENOSPC, errno.ENOMEM):
-            raise OSError(
-                error.errno,
-                f"Not enough shared memory for a {size}-byte segment {name!r}: "
-                f"{SHM_DIR} is full. Enlarge it (e.g. docker run --shm-size=8g), "
-                f"use fewer workers or smaller prefetch buffers, or remove stale "
-                f"segments with grain_mp._sweep.sweep_dead_segments().",
-            ) from None
         if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
             raise
         # The filesystem cannot reserve: go on unreserved, like multiprocessing does.
+
+
+def _no_room(error: OSError, size: int, name: str) -> OSError:
+    """`error` of creating a segment, told as what was needed and how to make room."""
+    needed = f"Not enough shared memory for a {size}-byte segment {name!r}: "
+    if error.errno in (errno.ENOSPC, errno.ENOMEM):
+        return OSError(
+            error.errno,
+            f"{needed}{SHM_DIR} is full. Enlarge it (e.g. docker run --shm-size=8g), "
+            f"use fewer workers or smaller prefetch buffers, or remove stale "
+            f"segments with grain_mp._sweep.sweep_dead_segments().",
+        )
+    if error.errno == errno.EFBIG:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return error  # not the limit: nothing we can say better
+        return OSError(
+            error.errno,
+            f"{needed}this process may not write files larger than {limit} bytes (its "
+            f"file-size limit, RLIMIT_FSIZE: `ulimit -f`), and a segment is a file. Raise "
+            f"the limit (`ulimit -f unlimited`, or resource.setrlimit(resource.RLIMIT_FSIZE, "
+            f"...) in the process), or make the elements smaller.",
+        )
+    return error
 
 
 def create_unique_segment(size: int, owner_pid: int | None = None) -> tuple[str, mmap.mmap]:

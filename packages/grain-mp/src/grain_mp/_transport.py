@@ -26,6 +26,13 @@ Each lending bumps a generation number, written into the segment's header and
 the payload: decoding a payload whose segment was lent again (released twice, or
 released before decoding) raises instead of returning another element's data.
 
+No room. When a segment cannot be created (a full /dev/shm, a file-size limit:
+`grain_mp._sweep.create_segment` unlinks what it half made and says which), the
+element is pickled whole instead, as past `max_lent`: the pipe carries anything,
+only slower. The pool says so once (`on_fallback`, or a RuntimeWarning) and
+tries shared memory again for each later element, so a /dev/shm that empties
+again is used again.
+
 Ownership (who unlinks; no resource tracker is involved, see `grain_mp._sweep`):
 
 - Segment names carry the *parent's* pid as owner (``SegmentPool(owner_pid=...)``)
@@ -66,6 +73,7 @@ import os
 import pickle
 import queue
 import struct
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
@@ -264,6 +272,10 @@ class SegmentPool:
         max_lent: the most segments lent at once (None: no bound). Beyond it an
             element is pickled whole instead: a consumer that keeps zero-copy
             arrays alive slows transport down rather than filling /dev/shm.
+        on_fallback: called with a message, once, the first time a segment cannot
+            be created (shared memory is full, or a file-size limit forbids it);
+            that element and each later one that meets the same fate is pickled
+            whole instead. None issues the message as a RuntimeWarning here.
     """
 
     def __init__(
@@ -273,6 +285,7 @@ class SegmentPool:
         returns: Any = None,
         min_bytes: int = MIN_BYTES,
         max_lent: int | None = None,
+        on_fallback: Callable[[str], None] | None = None,
     ):
         if owner_pid <= 0:
             raise ValueError(f"owner_pid must be a positive process id, got {owner_pid!r}.")
@@ -288,6 +301,8 @@ class SegmentPool:
         self._returns = returns
         self._min_bytes = int(min_bytes)
         self._max_lent = max_lent
+        self._on_fallback = on_fallback
+        self._fallback_told = False
         self._skeletons: dict[tuple[str, ...], bytes] = {}
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
 
@@ -347,6 +362,8 @@ class SegmentPool:
             leaves.append((position, array.shape, array.dtype.str, fortran))
             position += array.nbytes
         segment = self._acquire(position)
+        if segment is None:  # no room: the pipe carries any element
+            return Payload(None, 0, (), pickle.dumps(element, pickle.HIGHEST_PROTOCOL))
         try:
             mapping = segment.mapping
             for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):
@@ -362,6 +379,20 @@ class SegmentPool:
             raise
         state.lent[segment.name] = segment
         return Payload(segment.name, segment.generation, tuple(leaves), skeleton)
+
+    def _fell_back(self, error: OSError, nbytes: int) -> None:
+        if self._fallback_told:
+            return
+        self._fallback_told = True
+        message = (
+            f"Shared memory could not take an element's {nbytes} bytes of arrays, so "
+            "elements that do not fit travel pickled through the pipe instead, which is "
+            f"slower. {error}"
+        )
+        if self._on_fallback is None:
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+        else:
+            self._on_fallback(message)
 
     def _flat_arrays(self, element: Any) -> tuple[bytes, list[np.ndarray]] | None:
         """The skeleton and arrays of one array or a flat str-keyed dict of arrays.
@@ -437,7 +468,8 @@ class SegmentPool:
             while returns.poll():
                 self.reclaim(returns.recv())
 
-    def _acquire(self, nbytes: int) -> _Segment:
+    def _acquire(self, nbytes: int) -> _Segment | None:
+        """A free segment of `nbytes` or more, else a new one; None if none can be made."""
         size = _size_class(nbytes)
         state = self._state
         free = state.free.setdefault(size, [])
@@ -445,7 +477,11 @@ class SegmentPool:
             self._drain()
         if free:
             return free.pop()
-        name, mapping = create_unique_segment(size, state.owner_pid)
+        try:
+            name, mapping = create_unique_segment(size, state.owner_pid)
+        except OSError as error:  # a full /dev/shm, a file-size limit (see the module doc)
+            self._fell_back(error, nbytes)
+            return None
         return _Segment(name, size, mapping)
 
     def close(self) -> None:
