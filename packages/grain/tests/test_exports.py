@@ -83,6 +83,7 @@ EXPORTS = {
         "without_fingerprint",
     ],
     "grain.sources": [
+        "ArrayDataSource",
         "ArrayRecordDataSource",
         "InMemoryDataSource",
         "RandomAccessDataSource",
@@ -181,6 +182,7 @@ EXPORTS = {
         "window_shuffle_array",
     ],
     "grain_sources": [
+        "ArrayDataSource",
         "ArrayRecordDataSource",
         "CorruptRecordError",
         "InMemoryDataSource",

@@ -145,12 +145,14 @@ class BatchMapDataset(MapStage):
             sizes = np.minimum(size, self._parent_length - offsets)
             starts = epochs * self._parent_length + offsets
         if self._gathers:
-            batches = [
-                self._gathered(start, start + size)
-                for start, size in zip(starts.tolist(), sizes.tolist(), strict=True)
+            firsts: list[int] = np.asarray(starts).tolist()
+            counts: list[int] = np.asarray(sizes).tolist()
+            gathered = [
+                self._gathered(first, first + count)
+                for first, count in zip(firsts, counts, strict=True)
             ]
-            if all(batch is not NotImplemented for batch in batches):
-                return batches
+            if all(batch is not NotImplemented for batch in gathered):
+                return gathered
         total = int(sizes.sum())
         # All parent indices of all batches in one array: each batch's start
         # repeated over its size, plus the position within the batch.

@@ -1,5 +1,6 @@
 """grain.sources: what pipelines read from."""
 
+from grain_sources import ArrayDataSource as ArrayDataSource
 from grain_sources import ArrayRecordDataSource as ArrayRecordDataSource
 from grain_sources import InMemoryDataSource as InMemoryDataSource
 from grain_sources import RandomAccessDataSource as RandomAccessDataSource
@@ -7,6 +8,7 @@ from grain_sources import RangeDataSource as RangeDataSource
 from grain_sources import SharedMemoryDataSource as SharedMemoryDataSource
 
 __all__ = [
+    "ArrayDataSource",
     "ArrayRecordDataSource",
     "InMemoryDataSource",
     "RandomAccessDataSource",
