@@ -16,6 +16,7 @@ import threading
 import time
 import traceback
 
+import numpy as np
 import pytest
 
 from grain_dataset import (
@@ -516,3 +517,54 @@ def test_interpreter_exit_mid_epoch_is_silent():
     assert result.stderr == ""
     assert result.returncode == 0
     assert result.stdout == "ok\n"
+
+
+# -- time to the first element -------------------------------------------------------------
+
+
+def _counting(calls, seconds=0.0, size=None):
+    def f(x):
+        calls.append(x)
+        if seconds:
+            time.sleep(seconds)
+        return np.zeros(size, np.uint8) if size else x
+
+    return f
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("num_threads", [0, 16])
+def test_the_first_batch_costs_one_batch(num_threads):
+    calls = []
+    ds = MapDataset.range(10_000).map(_counting(calls, 0.002)).batch(32)
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads)))
+    first = next(it)
+    assert first.tolist() == list(range(32))
+    time.sleep(0.1)  # what the readers do meanwhile counts too
+    assert len(calls) <= 2 * 32
+    it.close()
+
+
+@pytest.mark.timeout(30)
+def test_cheap_elements_still_read_in_growing_chunks():
+    calls = []
+    it = iter(MapDataset.range(100_000).map(_counting(calls)).to_iter_dataset(ReadOptions(0)))
+    assert next(it) == 0
+    assert len(calls) == 1
+    for _ in range(5000):
+        next(it)
+    assert it._chunk >= 256  # vectorized reads once the consumer keeps up
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("num_threads", [0, 4])
+def test_large_elements_are_read_a_few_at_a_time(num_threads):
+    calls = []
+    big = 8 << 20  # 8 MB each: at most 64 MB in flight, one per chunk
+    ds = MapDataset.range(200).map(_counting(calls, size=big))
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads, prefetch_buffer_size=500)))
+    for _ in range(20):
+        next(it)
+    time.sleep(0.2)
+    assert len(calls) <= 20 + (64 << 20) // big + 2
+    it.close()

@@ -3,7 +3,11 @@
 The iterator walks positions 0 .. len(ds) - 1 of the MapDataset. Positions are
 read in *chunks* of consecutive indices, each one `_getitems` call, so a
 shuffle, a source or a batch sees many indices at once and can vectorize; the
-chunk size adapts to keep one chunk near `_TARGET_CHUNK_S` of work. With
+chunk size adapts to keep one chunk near `_TARGET_CHUNK_S` of work. The first
+chunk is one element, so the first element (after a start or a restore) costs
+one element's work, and chunks grow only while elements are cheap; a chunk
+holds at most about a megabyte of arrays and the readers a bounded number of
+bytes, so large elements are read one at a time and their memory is reused. With
 threads, chunks run in a small pool of daemon threads, at most
 `prefetch_buffer_size` elements in flight, and are consumed strictly in order.
 How many chunks run at once (up to `num_threads`) is tuned while reading
@@ -47,8 +51,18 @@ from grain_dataset._options import ReadOptions
 from grain_dataset._state import check_state
 
 _TARGET_CHUNK_S = 0.002
-_FIRST_CHUNK = 8
+# The first chunk is one element, so the first element costs one element (a batch of
+# decoded images is ready as soon as it is computed); chunks grow (x4 per chunk, up to
+# _TARGET_CHUNK_S of work) while elements are cheap.
+_FIRST_CHUNK = 1
 _MAX_CHUNK = 1024
+# Bytes bounds, from the size of the chunk's first element: a chunk holds at most
+# _MAX_CHUNK_BYTES (large batches stay one per chunk, and the allocator can reuse the
+# memory of the one before), the readers at most _MAX_IN_FLIGHT_BYTES.
+_MAX_CHUNK_BYTES = 1 << 20
+_MAX_IN_FLIGHT_BYTES = 64 << 20
+# Dropped positions in a row, within one chunk, after which the filter check runs at once.
+_JUDGE_RUN = 64
 _MAX_CHUNK_WALL_S = 0.01
 _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.02
@@ -155,6 +169,27 @@ def _read_chunk(
     return values, error, time.thread_time() - cpu, time.perf_counter() - wall
 
 
+def _nbytes(value: Any, depth: int = 0) -> int:
+    """The bytes of an element's arrays (and bytes objects); 0 if it holds none."""
+    if isinstance(value, np.ndarray):
+        return value.nbytes
+    if isinstance(value, bytes | bytearray):
+        return len(value)
+    if depth < 4:
+        if isinstance(value, dict):
+            return sum(_nbytes(item, depth + 1) for item in value.values())
+        if isinstance(value, list | tuple) and len(value) <= 64:
+            return sum(_nbytes(item, depth + 1) for item in value)
+    return 0
+
+
+def _element_bytes(values: list[Any]) -> int:
+    for value in values[:4]:
+        if value is not None:
+            return _nbytes(value)
+    return 0
+
+
 class _WidthTuner:
     """Chooses how many chunks are read at once: more only while it pays.
 
@@ -217,6 +252,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
         self._chunk = _FIRST_CHUNK
+        self._element_bytes = 0  # of the last chunk's first element
         # Totals for `stats()`, kept per chunk so that recording costs nothing per
         # element: the consumer's time reading (no threads) or blocked on the
         # readers (threads), the readers' CPU time, elements handed out.
@@ -234,6 +270,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._chunk_start = position
         self._error: BaseException | None = None
         self._dropped = 0
+        self._counted = 0
         # Where counting for `stats()` starts: the positions since, less those filtered.
         self._origin = position
         self._dropped_total = 0
@@ -263,13 +300,22 @@ class _PrefetchIterator(DatasetIterator[Any]):
             # keeps enough chunks in flight for each of `width` threads to have one.
             cap = _MAX_CHUNK
             if self._tuner is not None:
-                cap = max(1, min(cap, self._buffer_size // self._tuner.width))
+                cap = max(1, min(cap, self._in_flight_limit() // self._tuner.width))
+            if self._element_bytes:
+                cap = max(1, min(cap, _MAX_CHUNK_BYTES // self._element_bytes))
             self._chunk = max(1, min(wanted, self._chunk * 4, cap))
+
+    def _in_flight_limit(self) -> int:
+        """Elements the readers may hold: `prefetch_buffer_size`, and at most the bytes bound."""
+        limit = max(1, self._buffer_size)
+        if self._element_bytes:
+            limit = max(1, min(limit, _MAX_IN_FLIGHT_BYTES // self._element_bytes))
+        return limit
 
     def _submit(self) -> None:
         if self._pool is None:
             self._pool = DaemonPool(self._threads, "grain-read")
-        limit = max(1, self._buffer_size)
+        limit = self._in_flight_limit()
         while (
             self._read_pos < self._length
             and self._in_flight < limit
@@ -306,8 +352,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self.waited_s += wall
             self._read_pos = stop
         self.read_cpu_s += cpu
+        if values:
+            self._element_bytes = _element_bytes(values)
         self._adapt(len(values), cpu, wall)
         self._chunk_start, self._values, self._cursor = start, values, 0
+        self._counted = 0  # positions of this chunk given to the filter check
         self._error = error
         return True
 
@@ -318,6 +367,13 @@ class _PrefetchIterator(DatasetIterator[Any]):
         assert error is not None
         raise error
 
+    def _count_filtered(self, cursor: int) -> None:
+        """Hands the positions of this chunk up to `cursor` to the filter-ratio check."""
+        self._dropped_total += self._dropped
+        self._filter_check.add(cursor - self._counted, self._dropped, options_of(self))
+        self._dropped = 0
+        self._counted = cursor
+
     def __next__(self) -> Any:
         values, cursor = self._values, self._cursor
         while True:
@@ -327,6 +383,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 if value is not None or self._allow_nones:
                     self._cursor = cursor
                     self._next = self._chunk_start + cursor
+                    if self._dropped >= _JUDGE_RUN:
+                        # A long run of drops inside one chunk is judged now, not at its end.
+                        self._count_filtered(cursor)
                     return value
                 self._dropped += 1
                 continue
@@ -335,9 +394,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 self._next = self._chunk_start + cursor
                 self._fail()
             if values:
-                self._dropped_total += self._dropped
-                self._filter_check.add(len(values), self._dropped, options_of(self))
-                self._dropped = 0
+                self._count_filtered(len(values))
             if not self._next_chunk():
                 self._next = self._length
                 self._filter_check.end(options_of(self))
