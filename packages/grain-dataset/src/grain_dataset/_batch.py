@@ -18,6 +18,7 @@ import numpy as np
 from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._errors import note_stage
 from grain_dataset._fingerprint import token
+from grain_dataset._gather import split
 from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_dataset._tree import stack
@@ -132,6 +133,8 @@ class BatchMapDataset(MapStage):
         size = self._batch_size
         if not self._length:
             raise IndexError("the dataset is empty: it has no element at any index.")
+        if self._gathers and len(indices) == 1:  # a chunk of one batch (large batches)
+            return [self._getitem(int(indices[0]))]
         if is_infinite(self._parent_length):
             if not fits_int64(indices, INFINITE // size, INFINITE):
                 return super()._getitems(indices)
@@ -144,22 +147,23 @@ class BatchMapDataset(MapStage):
             offsets = batches * size
             sizes = np.minimum(size, self._parent_length - offsets)
             starts = epochs * self._parent_length + offsets
-        if self._gathers:
-            firsts: list[int] = np.asarray(starts).tolist()
-            counts: list[int] = np.asarray(sizes).tolist()
-            gathered = [
-                self._gathered(first, first + count)
-                for first, count in zip(firsts, counts, strict=True)
-            ]
-            if all(batch is not NotImplemented for batch in gathered):
-                return gathered
         total = int(sizes.sum())
         # All parent indices of all batches in one array: each batch's start
         # repeated over its size, plus the position within the batch.
         ends = np.cumsum(sizes)
         within = np.arange(total, dtype=np.int64) - np.repeat(ends - sizes, sizes)
-        values = self._parent._getitems(np.repeat(starts, sizes) + within)
+        parent_indices = np.repeat(starts, sizes) + within
         bounds = [0, *ends.tolist()]
+        if self._gathers:
+            # One read for all the batches, one index mapping per stage: then views.
+            try:
+                stacked = self._parent._gather(parent_indices)
+            except Exception as error:
+                note_stage(error, self)
+                raise
+            if stacked is not NotImplemented:
+                return split(stacked, bounds)
+        values = self._parent._getitems(parent_indices)
         return [self._combine(values[bounds[k] : bounds[k + 1]]) for k in range(len(indices))]
 
     def _describe(self) -> str:

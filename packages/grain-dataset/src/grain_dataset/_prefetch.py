@@ -59,7 +59,7 @@ _MAX_CHUNK = 1024
 # Bytes bounds, from the size of the chunk's first element: a chunk holds at most
 # _MAX_CHUNK_BYTES (large batches stay one per chunk, and the allocator can reuse the
 # memory of the one before), the readers at most _MAX_IN_FLIGHT_BYTES.
-_MAX_CHUNK_BYTES = 1 << 20
+_MAX_CHUNK_BYTES = 256 << 10
 _MAX_IN_FLIGHT_BYTES = 64 << 20
 # Dropped positions in a row, within one chunk, after which the filter check runs at once.
 _JUDGE_RUN = 64

@@ -23,6 +23,11 @@ from grain_index import (
     index_shuffle_function,
 )
 
+# The largest epoch whose whole order is cached (8 bytes per element), and how many
+# vectorized calls per element make computing it worth it (see `_permutation`).
+_MAX_PERMUTATION = 1 << 22
+_CALLS_PER_PERMUTATION = 1500
+
 
 @register("shuffle")
 class ShuffleMapDataset(MapStage):
@@ -38,6 +43,37 @@ class ShuffleMapDataset(MapStage):
         self._length = len(parent)
         self._epoch_seeds: dict[int, int] = {}
         self._epoch_functions: dict[int, Any] = {}
+        self._epoch_calls: dict[int, int] = {}
+        self._permutations: dict[int, np.ndarray] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Caches are rebuilt where needed: a worker process does not need ours.
+        state = self.__dict__.copy()
+        state.update(_epoch_seeds={}, _epoch_functions={}, _epoch_calls={}, _permutations={})
+        return state
+
+    def _permutation(self, epoch: int, calls: int) -> np.ndarray | None:
+        """Epoch `epoch`'s whole order, once reading it piece by piece cost as much.
+
+        A vectorized shuffle call costs ~70 us plus ~50 ns per index, so small
+        chunks (a batch of 128) pay mostly the call. After about n / 1500 calls
+        in one epoch, computing the whole order once (~50 ns per index) and
+        looking indices up is cheaper; the first reads of an epoch, which decide
+        the time to the first batch, never wait for it. Two epochs are kept.
+        """
+        permutation = self._permutations.get(epoch)
+        if permutation is not None:
+            return permutation
+        n = self._length
+        if n > _MAX_PERMUTATION or calls * _CALLS_PER_PERMUTATION < n:
+            return None
+        permutation = index_shuffle_array(
+            np.arange(n, dtype=np.int64), n - 1, self._epoch_seed(epoch), DEFAULT_ROUNDS
+        )
+        while len(self._permutations) >= 2:
+            self._permutations.pop(next(iter(self._permutations)), None)
+        self._permutations[epoch] = permutation
+        return permutation
 
     def __len__(self) -> int:
         return self._length
@@ -66,11 +102,21 @@ class ShuffleMapDataset(MapStage):
         n = self._length
         if not n or not fits_int64(indices, n, n):
             return None
-        epochs, offsets = epochs_of(indices, n)
-        first = int(epochs[0]) if epochs.size else 0
-        if not epochs.size or (epochs == first).all():
+        if not indices.size:
+            return indices.copy()
+        first = int(indices.min()) // n
+        if int(indices.max()) // n == first:  # one epoch: no per-index division
+            offsets = indices - first * n if first else indices
+            calls = self._epoch_calls.get(first, 0) + 1
+            if len(self._epoch_calls) > 64:
+                self._epoch_calls.clear()
+            self._epoch_calls[first] = calls
+            permutation = self._permutation(first, calls)
+            if permutation is not None:
+                return permutation[offsets] + first * n
             positions = index_shuffle_array(offsets, n - 1, self._epoch_seed(first), DEFAULT_ROUNDS)
             return positions + first * n
+        epochs, offsets = epochs_of(indices, n)
         parent_indices = np.empty_like(indices)
         for epoch in np.unique(epochs).tolist():
             mask = epochs == epoch

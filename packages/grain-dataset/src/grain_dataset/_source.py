@@ -75,7 +75,9 @@ class SourceMapDataset(MapStage):
             return NotImplemented
         if not self._length:
             raise IndexError("the dataset is empty: it has no element at any index.")
-        return self._gatherer.gather(epochs_of(indices, self._length)[1])
+        if indices.size and (int(indices.min()) < 0 or int(indices.max()) >= self._length):
+            indices = epochs_of(indices, self._length)[1]
+        return self._gatherer.gather(indices)
 
     def _describe(self) -> str:
         return f"source={type(self._source).__name__}, len={self._length}"

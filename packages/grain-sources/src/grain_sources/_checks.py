@@ -49,6 +49,8 @@ def record_indices(values: Any, length: int, source: object) -> np.ndarray:
         too_large = int(indices[indices >= length][0])
         record_index(too_large, length, source)
     indices = indices.astype(np.int64, copy=False)
+    if not indices.size or (int(indices.min()) >= 0 and int(indices.max()) < length):
+        return indices  # the common case, two reductions and no temporary arrays
     negative = indices < 0
     if negative.any():
         indices = indices + negative * np.int64(length)
