@@ -156,3 +156,23 @@ def test_worker_slices_gather_too():
     expected = [LABELS[ds._parent_indices(np.arange(N))][1::3][i : i + 5] for i in range(0, 18, 5)]
     for batch, labels in zip(sharded, expected, strict=True):
         np.testing.assert_array_equal(batch["label"], labels)
+
+
+def test_the_cached_epoch_order_is_the_computed_one():
+    import pickle
+
+    n = 3000
+    ds = MapDataset.range(n).shuffle(seed=9)
+    reference = [ds[i] for i in range(2 * n)]  # scalar path, never cached
+    # Many small vectorized reads: the order is cached part way through each epoch.
+    read = []
+    for start in range(0, 2 * n, 7):
+        read.extend(ds._getitems(np.arange(start, min(start + 7, 2 * n), dtype=np.int64)))
+    assert read == reference
+    assert set(ds._permutations) <= {0, 1}
+    assert ds._permutations  # the cache was used
+    assert sorted(read[:n]) == list(range(n))
+    assert read[:n] != read[n:]  # a new order each epoch
+    copy = pickle.loads(pickle.dumps(ds))
+    assert not copy._permutations  # caches do not travel to workers
+    assert [copy[i] for i in range(50)] == reference[:50]
