@@ -198,6 +198,10 @@ class _WidthTuner:
     hand-off). So the width starts at 1 and doubles only when the consumer was
     starved for a window of chunks and the doubled width then reads at least
     15% faster; otherwise it goes back and waits a while before trying again.
+    Width 0 reads in the consumer's own thread: tried when a doubling did not
+    pay (or the width is at its maximum) and kept if it reads 15% faster, which
+    it does for cheap, GIL-bound elements such as batches gathered from
+    arrays, where every hand-off between threads costs more than the work.
     The order of elements never depends on the width.
     """
 
@@ -210,6 +214,7 @@ class _WidthTuner:
         self._chunks = 0
         self._trial: tuple[int, float] | None = None  # (width before, its rate)
         self._pause = 0
+        self._more_failed = False  # the last doubling did not pay: try width 0 next
 
     def record(self, positions: int, waited: float) -> None:
         self._positions += positions
@@ -225,15 +230,29 @@ class _WidthTuner:
         if self._trial is not None:
             width, old_rate = self._trial
             self._trial = None
-            if rate < old_rate * 1.15:
+            tried, kept = self.width, rate >= old_rate * 1.15
+            if not kept:
                 self.width = width
-                self._pause = _TUNE_PAUSE_WINDOWS
+            # A doubling that did not pay is followed at once by a try of width 0;
+            # any other outcome waits a while before the next try.
+            self._more_failed = not kept and tried > width >= 1
+            self._pause = 0 if self._more_failed else _TUNE_PAUSE_WINDOWS
+            if kept and tried > width:
+                self._pause = 0  # more width paid: see whether even more does
             return
         if self._pause:
             self._pause -= 1
-        elif starved and self.width < self._max_width:
+        elif self.width == 0:
+            # Reading inline won: see now and then whether a thread pays again.
+            self._trial = (0, rate)
+            self.width = 1
+        elif starved:
             self._trial = (self.width, rate)
-            self.width = min(self._max_width, self.width * 2)
+            if self._more_failed or self.width >= self._max_width:
+                self._more_failed = False
+                self.width = 0
+            else:
+                self.width = min(self._max_width, self.width * 2)
 
 
 class _PrefetchIterator(DatasetIterator[Any]):
@@ -299,7 +318,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             # Elements that wait (I/O) cost little CPU and grow big chunks; the cap
             # keeps enough chunks in flight for each of `width` threads to have one.
             cap = _MAX_CHUNK
-            if self._tuner is not None:
+            if self._tuner is not None and self._tuner.width:
                 cap = max(1, min(cap, self._in_flight_limit() // self._tuner.width))
             if self._element_bytes:
                 cap = max(1, min(cap, _MAX_CHUNK_BYTES // self._element_bytes))
@@ -331,7 +350,18 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
     def _next_chunk(self) -> bool:
         """Loads the next chunk into `_values`; False at the end of the epoch."""
-        if self._threads:
+        tuner = self._tuner
+        if tuner is not None and tuner.width == 0 and not self._pending:
+            # Width 0: read in this thread, as with num_threads=0, and time it for the tuner.
+            if self._read_pos >= self._length:
+                return False
+            start = self._read_pos
+            stop = min(self._length, start + self._chunk)
+            values, error, cpu, wall = _read_chunk(self._source, start, stop)
+            self.waited_s += wall
+            self._read_pos = stop
+            tuner.record(stop - start, wall)
+        elif self._threads:
             self._submit()
             if not self._pending:
                 return False
