@@ -130,6 +130,10 @@ def dies_on_5(x):
     return x
 
 
+def never_returns(x):
+    time.sleep(3600)
+
+
 class Jitter(pygrain.RandomMapTransform):
     def random_map(self, element, rng):
         return element + rng.random()
@@ -181,6 +185,17 @@ def _messages(tmp_path, monkeypatch):
         edit=lambda message: message.split("its traceback:")[0] + "its traceback:",
     )
     expect(RuntimeError, lambda: list(ds.map(dies_on_5).to_iter_dataset().mp_prefetch(options)))
+
+    def closed_while_waiting():
+        it = iter(ds.map(never_returns).to_iter_dataset().mp_prefetch(options))
+        closer = threading.Timer(0.5, it.close)  # a watchdog
+        closer.start()
+        try:
+            next(it)
+        finally:
+            closer.join()
+
+    expect(ValueError, closed_while_waiting)
 
     def mixed_state():
         it = iter(grain.MapDataset.range(10).to_iter_dataset())
