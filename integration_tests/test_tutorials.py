@@ -133,6 +133,10 @@ def dies_on_5(x):
     return x
 
 
+def never_returns(x):
+    time.sleep(3600)
+
+
 class Jitter(pygrain.RandomMapTransform):
     def random_map(self, element, rng):
         return element + rng.random()
@@ -223,6 +227,17 @@ def _messages(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="Not enough shared memory") as warned:
         list(images.mp_prefetch(options, worker_init_fn=limit_file_size))
     out.append(re.sub(r"'grain_\w+'", "'<name>'", f"RuntimeWarning: {warned[0].message}"))
+
+    def closed_while_waiting():
+        it = iter(ds.map(never_returns).to_iter_dataset().mp_prefetch(options))
+        closer = threading.Timer(0.5, it.close)  # a watchdog
+        closer.start()
+        try:
+            next(it)
+        finally:
+            closer.join()
+
+    expect(ValueError, closed_while_waiting)
 
     def other_seed_state():
         it = iter(grain.MapDataset.range(10).shuffle(seed=1).to_iter_dataset())

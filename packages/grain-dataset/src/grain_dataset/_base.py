@@ -659,7 +659,19 @@ class DatasetIterator(Iterator[T], abc.ABC):
             parent.start_prefetch()
 
     def close(self) -> None:
-        """Stops background threads of this iterator and its parents; idempotent."""
+        """Stops background threads of this iterator and its parents; idempotent.
+
+        A closed iterator refuses `next()` (ValueError); `get_state()` still
+        says where it stopped. From another thread, while `next()` waits on a
+        read thread or worker process stuck in a transformation, close() does
+        not wait for it: it ends the worker processes (terminated, then killed:
+        within two seconds), makes the waiting `next()` raise the ValueError,
+        and returns within about two seconds (``CLOSE_TIMEOUT_S`` of
+        `grain_dataset._guard`). A thread stuck in user code cannot be killed:
+        it stays (a daemon thread, holding only the stage it runs) until that
+        code returns. See docs/troubleshooting.md, "A transformation that
+        never returns".
+        """
         for parent in self._parents:
             parent.close()
 

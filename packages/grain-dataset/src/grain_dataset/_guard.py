@@ -24,13 +24,38 @@ it (map + batch: 2.68 M elements/s before, 2.6 M/s after). The subclass has the 
 module and qualified name (reprs and messages do not change), and `isinstance`
 checks hold. `serialized` gives other iterator classes (the DataLoader's) the
 same guard.
+
+Closing while another thread waits inside. A `next()` may wait for good: on a
+worker process or a read thread stuck in user code (a transformation that
+never returns). `close()` must not wait for it, so it takes the lock only if
+the lock comes free within `_GRACE_S`. Otherwise it closes *around* the
+running call: it marks the iterator closed (later `next()` calls raise at
+once), then *interrupts* the pipeline: every stage that can wait on threads or
+processes defines ``_interrupt()``, which stops them without the lock and
+makes any wait of the running call end with an exception, within `POLL_S` for
+a thread, as soon as they are ended for worker processes (the guard turns it
+into the closed-iterator ValueError; an element the call still returns is
+handed out, so nothing is lost). Then close() waits for the running call
+to leave, up to `CLOSE_TIMEOUT_S` in all, and finishes the close with the
+lock, as always. If the call does not leave (it runs user
+code in the caller's own thread, or waits in a stage without the hook), a
+daemon thread finishes the close as soon as it does, and close() returns.
+
+``_interrupt(self)`` is the hook of this surface: it may run in any thread,
+while the stage's own methods run in another, so it only sets flags, signals
+processes and wakes waits; it returns the iterators to interrupt besides the
+stage's parents (an iterator that a thread of the stage runs, say). A stage
+whose threads it leaves stuck in user code must make sure they hold no
+reference to the stage's iterator.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from grain_dataset import _fingerprint
@@ -40,8 +65,18 @@ _GUARDED_METHODS = ("__next__", "get_state", "set_state", "close")
 _VARIANT = "_grain_guarded_variant"  # in a class's own __dict__: its guarded subclass
 _BASE = "_grain_guarded_base"  # in a guarded subclass's own __dict__: the class it guards
 _CLOSED = "_grain_closed_variant"  # a class's variant whose next() raises (closed)
+# In an iterator's __dict__: close() came while another thread was inside a call.
+_CLOSING = "_grain_closing"
 # The lock of every closed iterator (its remaining calls are rare: get_state, close).
 _CLOSED_LOCK = threading.RLock()
+
+CLOSE_TIMEOUT_S = 2.0
+"""close() from another thread returns within about this many seconds (see the module doc)."""
+# How long close() waits for a call in another thread to leave before interrupting it:
+# a call that is about to return finishes, and only a waiting one is interrupted.
+_GRACE_S = 0.05
+POLL_S = 0.1
+"""How often a wait of a stage with `_interrupt` looks whether it was interrupted."""
 
 
 def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,6 +84,7 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
 
     Another thread waits until the call returns; a nested call from the same
     thread (a stage's `__next__` calling its own `get_state`) runs at once.
+    ``close`` waits at most `CLOSE_TIMEOUT_S` (see the module docstring).
     """
     if method.__name__ == "__next__":  # the hot one: no *args, no context manager
 
@@ -64,12 +100,18 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
             except StopIteration:
                 raise
             except Exception as error:
+                if _CLOSING in self.__dict__:
+                    # close() from another thread interrupted this call: say so, not how.
+                    raise closed_error(self) from None
                 filter_frames(error)
                 raise
             finally:
                 lock.release()
 
         return next_
+
+    if method.__name__ == "close":
+        return _serialized_close(method)
 
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -83,17 +125,91 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+def _serialized_close(close: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    @functools.wraps(close)
+    def close_(self: Any) -> Any:
+        started = time.monotonic()
+        lock = self._call_lock
+        if not lock.acquire(timeout=_GRACE_S):
+            _close_around(self, lock, close, started + CLOSE_TIMEOUT_S)
+            return None
+        try:
+            return close(self)
+        except Exception as error:
+            filter_frames(error)
+            raise
+        finally:
+            lock.release()
+
+    return close_
+
+
+def _close_around(self: Any, lock: Any, close: Callable[[Any], Any], deadline: float) -> None:
+    """Closes `self` while another thread holds `lock` inside a call (see the module doc)."""
+    self.__dict__[_CLOSING] = True
+    _mark_closed(self)
+    interrupt(self)
+    if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+        try:
+            close(self)
+        finally:
+            lock.release()
+        return
+
+    def finish() -> None:  # once the call leaves; its thread holds `self` until then anyway
+        with lock, contextlib.suppress(Exception):
+            close(self)
+
+    threading.Thread(target=finish, name="grain-close", daemon=True).start()
+
+
+def interrupt(iterator: Any) -> None:
+    """Calls ``_interrupt()`` of `iterator` and of every iterator it reads from.
+
+    Safe while another thread is inside `iterator`: see the module docstring.
+    """
+    seen: set[int] = set()
+    pending = [iterator]
+    while pending:
+        node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        hook = getattr(type(node), "_interrupt", None)
+        more: Iterable[Any] | None = None
+        if hook is not None:
+            try:
+                more = hook(node)
+            except Exception:  # one stage failing to stop must not keep the others running
+                more = None
+        pending.extend(more or ())
+        pending.extend(getattr(node, "__dict__", {}).get("_parents", ()))
+
+
 def add_lock(iterator: Any) -> None:
     """Gives `iterator` the lock its `serialized` methods take."""
     iterator.__dict__["_call_lock"] = threading.RLock()
 
 
-def _advance_closed(self: Any) -> Any:
-    raise ValueError(
-        f"next() on a closed iterator ({type(self).__name__}): close() stopped its threads "
-        "and workers for good. Create a new one with iter(dataset) (and set_state(...) to "
-        "continue where this one was)."
+def closed_error(iterator: Any) -> ValueError:
+    """The error of `next()` on a closed `iterator`."""
+    made_by = getattr(iterator, "_MADE_BY", "iter(dataset)")
+    return ValueError(
+        f"next() on a closed iterator ({type(iterator).__name__}): close() stopped its "
+        f"threads and workers for good. Create a new one with {made_by} (and "
+        "set_state(...) to continue where this one was)."
     )
+
+
+def _advance_closed(self: Any) -> Any:
+    raise closed_error(self)
+
+
+def _mark_closed(self: Any) -> None:
+    """Makes `self`'s next() raise, if it is an outermost DatasetIterator."""
+    cls = type(self)
+    if is_outermost(self) and cls.__dict__.get(_CLOSED) is not cls:
+        self.__class__ = _closed_variant(cls)
 
 
 def _closed_variant(cls: type) -> type:
@@ -116,10 +232,8 @@ def _closing(close: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             # Only the iterator its user holds: stages inside may be closed and reopened.
             # A next() already waiting for the lock sees the lock swapped and raises too.
-            cls = type(self)
-            if cls.__dict__.get(_CLOSED) is not cls:  # not closed already
-                self.__class__ = _closed_variant(cls)
-                self.__dict__["_call_lock"] = _CLOSED_LOCK
+            _mark_closed(self)
+            self.__dict__["_call_lock"] = _CLOSED_LOCK
 
     return close_
 

@@ -30,6 +30,10 @@ failing position; the iterator then stays there.
 
 Threads hold no reference to the iterator: dropping or closing it (or the
 garbage collector) stops them, and being daemons they never delay exit.
+A thread stuck in a transformation that never returns cannot be stopped: it
+keeps only the MapDataset it reads (not the iterator, nor this stage), and a
+`next()` waiting for its chunk ends when close() is called from another
+thread (the closed-iterator ValueError, within `POLL_S`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, regist
 from grain_dataset._daemon_pool import DaemonPool
 from grain_dataset._errors import OutOfRangeError
 from grain_dataset._filter_check import FilterRatioCheck, options_of
+from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._options import ReadOptions
 from grain_dataset._state import check_state
 
@@ -278,6 +283,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self.waited_s = 0.0
         self.read_cpu_s = 0.0
         self._filter_check = FilterRatioCheck(f"the filters (or None records) before {dataset!r}")
+        self._interrupted = False  # by close() from another thread: waits raise
         self._reset(0)
 
     def _reset(self, position: int) -> None:
@@ -348,6 +354,25 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._in_flight += size
             self._read_pos = stop
 
+    def _wait(self, future: Future) -> None:
+        """Waits for `future`, unless close() from another thread interrupts the wait.
+
+        A reader thread stuck in user code never finishes its chunk: the wait
+        then ends with the closed-iterator error (see `grain_dataset._guard`).
+        """
+        while not self._interrupted:
+            try:
+                future.exception(POLL_S)  # the chunk's own errors are raised by result()
+                return
+            except TimeoutError:
+                continue
+        raise closed_error(self)
+
+    def _interrupt(self) -> tuple[()]:
+        """close() from another thread: a waiting `next()` raises (see `_guard`)."""
+        self._interrupted = True
+        return ()
+
     def _next_chunk(self) -> bool:
         """Loads the next chunk into `_values`; False at the end of the epoch."""
         tuner = self._tuner
@@ -365,9 +390,12 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._submit()
             if not self._pending:
                 return False
-            start, stop, future = self._pending.popleft()
-            self._in_flight -= stop - start
+            start, stop, future = self._pending[0]
             ready, began = future.done(), time.perf_counter()
+            if not ready:
+                self._wait(future)
+            self._pending.popleft()
+            self._in_flight -= stop - start
             values, error, cpu, wall = future.result()
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited

@@ -36,7 +36,13 @@ same thread that transfers them, saving a thread hand-off per batch.
 Shutdown: the producer thread holds the parent iterator and the buffer, never
 the consumer iterator, so `close()`, `del` or the garbage collector stop it. It
 is a daemon thread: it never delays interpreter exit, and it catches every
-exception, so nothing is printed at exit.
+exception, so nothing is printed at exit. A producer stuck in a parent that
+never returns (a transformation that hangs) cannot be stopped: it stays, with
+the parent iterator, until the parent returns, and then exits (closing the
+parent). close() from another thread while the consumer waits for it makes
+that `next()` raise the closed-iterator ValueError within `POLL_S`
+(`_interrupt`, see `grain_dataset._guard`); so does a wait for a stopped
+producer to let go of the parent (`set_state`).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ import threading
 from typing import Any, TypeVar
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_index import _validate
 
@@ -219,19 +226,50 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
         # The parent may be ahead of `_state` (a producer read ahead and was stopped).
         self._ahead = False
         self._ended = False
+        # close() handed closing the parent to a producer still inside next(parent).
+        self._handed_over = False
+        # Set by close() from another thread (`_interrupt`): waits raise instead.
+        self._interrupted = False
 
     # -- the producer ----------------------------------------------------------------
 
     def _reclaim(self) -> None:
         """Makes the parent this thread's again: waits for a stopped producer, rewinds."""
-        if self._stale is not None:
-            self._stale.join()
-            self._stale = None
+        self._join_stale()
         if self._ahead:
             self._parent.set_state(self._state)
             self._ahead = False
 
+    def _join_stale(self) -> None:
+        """Waits until a stopped producer has let go of the parent (see `_interrupt`)."""
+        stale = self._stale
+        if stale is None:
+            return
+        while True:
+            stale.join(POLL_S)
+            if not stale.is_alive():
+                break
+            if self._interrupted:
+                raise closed_error(self)
+        self._stale = None
+        self._handed_over = False  # it closed the parent as it exited, if it was to
+
+    def _interrupt(self) -> tuple[()]:
+        """close() from another thread: stop the producer, end the consumer's waits.
+
+        Runs while the consumer may be inside `__next__` (see `grain_dataset._guard`):
+        it only sets flags and wakes a producer waiting for room.
+        """
+        self._interrupted = True
+        buffer = self._buffer
+        if buffer is not None:
+            buffer.stopped = True
+            buffer.room.put(None)
+        return ()
+
     def _start(self) -> None:
+        if self._interrupted:
+            raise closed_error(self)
         self._reclaim()
         if self._state is None:
             self._state = self._parent.get_state()
@@ -252,6 +290,7 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
             buffer.stopped = True
             handed_over = close_parent and not buffer.done
             buffer.close_parent = handed_over
+        self._handed_over = handed_over
         buffer.room.put(None)  # wakes a producer waiting for room, which then sees `stopped`
         # Drop what was read ahead now, not when the buffer is collected.
         with contextlib.suppress(queue.Empty):
@@ -273,7 +312,14 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
             self._start()
             buffer = self._buffer
             assert buffer is not None
-        kind, value, state = buffer.items.get()
+        items = buffer.items
+        while True:
+            try:
+                kind, value, state = items.get(True, POLL_S)
+                break
+            except queue.Empty:
+                if self._interrupted:
+                    raise closed_error(self) from None
         buffer.room.put(None)
         if kind == _VALUE:
             self._state = state
@@ -308,9 +354,7 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
             self._parent.set_state(state)
             return
         self._stop()
-        if self._stale is not None:
-            self._stale.join()
-            self._stale = None
+        self._join_stale()
         # If the parent rejects the state, `_ahead` stays set: the next start
         # rewinds the parent to the last element returned, losing nothing.
         self._parent.set_state(state)
@@ -328,9 +372,7 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
     def _set_next_index(self, index: int) -> None:
         if self._buffer_size:
             self._stop()
-            if self._stale is not None:
-                self._stale.join()
-                self._stale = None
+            self._join_stale()
         set_parent_next_index(self, index)
         self._ahead = False
         self._state = None
@@ -344,11 +386,14 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
             self._start()
 
     def close(self) -> None:
-        """Stops the background thread and closes the parent; idempotent."""
-        if self._stop(close_parent=True):
-            return
-        if self._stale is not None and self._stale.is_alive():
-            return  # an earlier close handed closing the parent to this producer
+        """Stops the background thread and closes the parent; idempotent.
+
+        A producer stuck inside the parent (a transformation that never returns)
+        is not waited for: it closes the parent when the parent returns.
+        """
+        self._stop(close_parent=True)
+        if self._handed_over:
+            return  # a producer inside next(parent) closes the parent as it exits
         self._parent.close()
 
     def __del__(self) -> None:

@@ -44,7 +44,7 @@ import numpy as np
 from grain_dataset import ReadOptions
 from grain_dataset._base import INFINITE
 from grain_dataset._errors import WrongTypeError
-from grain_dataset._guard import add_lock, serialized
+from grain_dataset._guard import add_lock, closed_error, serialized
 from grain_dataset._state_file import load_coroutine, save_coroutine
 from grain_index import NoSharding, RecordMetadata, ShardOptions
 from grain_mp._loader_state import (
@@ -489,16 +489,15 @@ class DataLoaderIterator(Iterator[Any]):
     def __iter__(self) -> DataLoaderIterator:
         return self
 
+    # How a closed iterator's error says to make a new one (grain_dataset._guard).
+    _MADE_BY = "iter(loader)"
+
     @serialized
     def __next__(self) -> Any:
+        if self._closed:
+            raise closed_error(self)
         run = self._run
         if run is None:
-            if self._closed:
-                raise ValueError(
-                    "next() on a closed iterator (DataLoaderIterator): close() stopped its "
-                    "workers for good. Create a new one with iter(loader) (and set_state(...) "
-                    "to continue where this one was)."
-                )
             run = self._run = self._loader._start(*self._resume)
         before = run.position()
         try:
@@ -545,9 +544,22 @@ class DataLoaderIterator(Iterator[Any]):
 
     @serialized
     def close(self) -> None:
-        """Stops the worker processes and reading threads for good; idempotent."""
+        """Stops the worker processes and reading threads for good; idempotent.
+
+        From another thread, while `next()` waits (on a worker stuck in a
+        transformation, say), close() does not wait for it: it ends the workers
+        (asked, terminated, then killed: two seconds at most) and that `next()`
+        raises a ValueError; close() returns within about two seconds
+        (``CLOSE_TIMEOUT_S`` of ``grain_dataset._guard``, docs/troubleshooting.md).
+        """
         self._closed = True
         self._close_run()
+
+    def _interrupt(self) -> list[Any]:
+        # close() from another thread (grain_dataset._guard): the reading it waits on.
+        self._closed = True
+        run = self._run
+        return [] if run is None else [run._upstream]
 
     def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that writes the state (taken now) into `directory`.

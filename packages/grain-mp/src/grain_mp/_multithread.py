@@ -16,7 +16,12 @@ either restores into the other. Threads help where elements wait (I/O, or code
 that releases the GIL, or free-threaded Python); pure Python work wants processes.
 
 Threads are daemons that hold no reference to the iterator: closing it,
-`set_state`, the end of the data or garbage collection stops them.
+`set_state`, the end of the data or garbage collection stops them. A thread
+stuck in a transformation that never returns cannot be stopped: it stays,
+holding its own copy of the pipeline (not this iterator), until the
+transformation returns. close() from another thread while `next()` waits for
+such a thread makes that `next()` raise the closed-iterator ValueError within
+`POLL_S` (`_interrupt_readers`, see `grain_dataset._guard`).
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ import threading
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
+from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._prefetch import set_worker_slice
 from grain_mp._round_robin import RoundRobinIterator
 
-_POLL_S = 0.1
 _ELEMENT, _END, _ERROR = "element", "end", "error"
 
 
@@ -110,12 +115,14 @@ class _Slice:
     def __init__(self, size: int):
         self.queue: queue.Queue[tuple[str, Any, Any]] = queue.Queue(max(1, size))
         self.stop = threading.Event()
+        # The thread's pipeline, for close() from another thread to interrupt its waits.
+        self.iterator: Any = None
 
     def put(self, message: tuple[str, Any, Any]) -> bool:
         """Queues `message`, waiting for room; False once the consumer stopped us."""
         while not self.stop.is_set():
             try:
-                self.queue.put(message, timeout=_POLL_S)
+                self.queue.put(message, timeout=POLL_S)
                 return True
             except queue.Full:
                 continue
@@ -133,7 +140,8 @@ def _thread_main(
     set_worker_slice(index, count, sequential, this_thread=True)
     iterator = None
     try:
-        iterator = unstamped(iter(dataset))  # the outer iterator's fingerprint covers it
+        # The outer iterator's fingerprint covers its states.
+        iterator = box.iterator = unstamped(iter(dataset))
         if state is not None:
             iterator.set_state(state)
         while not box.stop.is_set():
@@ -148,6 +156,7 @@ def _thread_main(
     except BaseException as error:
         box.put((_ERROR, error, None))
     finally:
+        box.iterator = None
         if iterator is not None:
             with contextlib.suppress(Exception):
                 iterator.close()
@@ -192,17 +201,32 @@ class _MultithreadIterator(RoundRobinIterator):
                 while True:
                     box.queue.get_nowait()
 
+    def _interrupt_readers(self, readers: list[_Slice]) -> list[Any]:
+        for box in readers:
+            box.stop.set()
+        # Their pipelines' own waits (read threads of to_iter_dataset, say) end too.
+        return [box.iterator for box in readers if box.iterator is not None]
+
+    def _take(self, box: _Slice) -> tuple[str, Any, Any]:
+        """The next message of `box`'s thread; raises once close() from another thread came."""
+        while True:
+            try:
+                return box.queue.get(True, POLL_S)
+            except queue.Empty:
+                if self._interrupted:
+                    raise closed_error(self) from None
+
     def __next__(self) -> Any:
         if self._readers is None:
             if all(self._ended):
                 raise StopIteration
-            self._readers = self._start()
+            self._readers = self._started()  # it sets them too; this tells the type checker
         while not all(self._ended):
             index = self._next_worker
             if self._ended[index]:
                 self._next_worker = (index + 1) % self._count
                 continue
-            kind, payload, state = self._readers[index].queue.get()
+            kind, payload, state = self._take(self._readers[index])
             if kind == _ERROR:
                 self._stop()
                 raise payload

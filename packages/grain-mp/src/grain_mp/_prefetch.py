@@ -42,6 +42,14 @@ parent's), exit when the parent goes away, and are daemons. An error in a
 worker reaches the parent with the worker's traceback, and stops the others; a
 worker that dies without a word (SIGKILL, OOM) is reported with its exit code
 within a second of its death.
+
+Stopping. Workers are asked, terminated, then killed, all at once, within two
+seconds (`grain_mp._ending`): a worker stuck in user code cannot hold
+`close()`. SIGTERM raises `_Terminated` (a SystemExit) in the worker, wherever
+it is, so its ``finally`` clauses run. close() from another thread while
+`next()` waits on a worker terminates the workers at once (`_interrupt_readers`):
+the waiting `next()` sees its pipe end and raises, and the thread that closes
+finishes the cleanup (pipes, segments) after it.
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from typing import Any
 from grain_dataset import DatasetIterator, IterDataset, unstamped
 from grain_dataset._prefetch import set_worker_slice
 from grain_mp import _start
+from grain_mp._ending import end_processes
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._round_robin import RoundRobinIterator
 from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
@@ -200,6 +209,14 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         )
 
 
+class _Terminated(SystemExit):
+    """SIGTERM in a worker: the parent ends it (`grain_mp._ending`); user code rarely catches it."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    raise _Terminated(128 + signum)
+
+
 def _worker_main(
     dataset: Any,
     worker_index: int,
@@ -216,6 +233,8 @@ def _worker_main(
 ) -> None:
     """A worker: builds its share of the pipeline, then sends elements against credits."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Whatever handler the parent had (a trainer's preemption hook, say) is not ours.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     # A forked worker holds copies of the parent's ends of the earlier workers' pipes;
     # kept open, they would hide those workers' end-of-file from them.
     for conn in inherited:
@@ -291,7 +310,7 @@ def _worker_main(
             if now - began >= _GROUP_S or now - group_since >= _GROUP_S or len(group) >= _GROUP:
                 out.send((_ELEMENTS, group))
                 group = []
-    except (BrokenPipeError, EOFError):
+    except (BrokenPipeError, EOFError, _Terminated):
         return  # the parent went away or closed us: nothing to report to
     except BaseException as error:
         if group:  # the elements before the error come first, in order
@@ -369,17 +388,27 @@ class _Worker:
         with contextlib.suppress(BrokenPipeError, OSError):
             self.credits.send_bytes(message)
 
-    def stop(self) -> None:
+    def close_pipes(self) -> None:
+        """Asks the worker to stop: it sees the end of its credits (or a broken pipe)."""
         for conn in (self.credits, self.out):
             with contextlib.suppress(OSError):
                 conn.close()
+
+    def reap(self) -> None:
+        """Joins and releases the process, once `end_processes` has ended it."""
         process = self.process
-        process.join(_JOIN_S)
-        if process.is_alive():
-            process.kill()
-            process.join(_JOIN_S)
-        with contextlib.suppress(ValueError):
-            process.close()
+        with contextlib.suppress(ValueError):  # closed already
+            process.join(0.1)
+            process.close()  # ValueError if it outlived even SIGKILL: left to multiprocessing
+
+
+def _stop_workers(workers: list[_Worker]) -> None:
+    """Asks, terminates, then kills `workers`, all at once (`grain_mp._ending`)."""
+    for worker in workers:
+        worker.close_pipes()
+    end_processes([worker.process for worker in workers])
+    for worker in workers:
+        worker.reap()
 
 
 class _MultiprocessIterator(RoundRobinIterator):
@@ -466,8 +495,7 @@ class _MultiprocessIterator(RoundRobinIterator):
             self._by_pid = {worker.process.pid: i for i, worker in enumerate(workers)}
             _RUNNING.add(self)
         except BaseException:
-            for worker in workers:
-                worker.stop()
+            _stop_workers(workers)
             raise
         return workers
 
@@ -476,14 +504,17 @@ class _MultiprocessIterator(RoundRobinIterator):
         for inbox in self._inbox:
             inbox.clear()  # read ahead, never returned: the states stay before them
         workers, self._readers = self._readers, None
-        pids = []
-        for worker in workers or ():
-            pids.append(worker.process.pid)
-            worker.stop()
+        pids = [worker.process.pid for worker in workers or ()]
+        _stop_workers(workers or [])
         reader, self._reader = self._reader, None
         if reader is not None:
             # After the workers: it unlinks every segment they made for us, sent or not.
             reader.close(creator_pids=pids)
+
+    def _interrupt_readers(self, readers: list[_Worker]) -> list[Any]:
+        # Only signals: the thread in next() owns the pipes and sees them end.
+        end_processes([worker.process for worker in readers], ask_s=0.0)
+        return []
 
     # -- reading -----------------------------------------------------------------------
 
@@ -502,6 +533,8 @@ class _MultiprocessIterator(RoundRobinIterator):
             pass
         worker.process.join(_JOIN_S)
         code = worker.process.exitcode
+        if code == 128 + signal.SIGTERM:  # `_on_sigterm`'s exit: SIGTERM from outside
+            code = -signal.SIGTERM
         self._stop()
         how = (
             f"was killed by signal {-code} ({signal.Signals(-code).name})"
@@ -531,7 +564,7 @@ class _MultiprocessIterator(RoundRobinIterator):
         if self._readers is None:
             if all(self._ended):
                 raise StopIteration
-            self._readers = self._start()
+            self._readers = self._started()  # it sets them too; this tells the type checker
         while not all(self._ended):
             index = self._next_worker
             if self._ended[index]:

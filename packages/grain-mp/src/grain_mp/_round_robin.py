@@ -8,7 +8,9 @@ each reader's pipeline state, which readers ended, and the state format
 
 (with ``"sequential_slice": 1`` when the readers read contiguous slices). Both
 prefetchers write and check it the same way, so a state of one restores the
-other. A subclass starts (`_start`) and stops (`_stop`) its readers.
+other. A subclass starts (`_start`) and stops (`_stop`) its readers, and
+stops them from another thread (`_interrupt_readers`) when close() is called
+there while `next()` waits on them (see `grain_dataset._guard`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 from typing import Any
 
 from grain_dataset import DatasetIterator, unstamped
+from grain_dataset._guard import closed_error
 from grain_dataset._state import check_state
 
 
@@ -85,6 +88,8 @@ class RoundRobinIterator(DatasetIterator[Any]):
         self._ended = [False] * count
         self._next_worker = 0
         self._readers: list[Any] | None = None  # while started
+        # Set by close() from another thread: no reader starts again, no wait lasts.
+        self._interrupted = False
 
     @abc.abstractmethod
     def _start(self) -> list[Any]:
@@ -93,6 +98,30 @@ class RoundRobinIterator(DatasetIterator[Any]):
     @abc.abstractmethod
     def _stop(self) -> None:
         """Stops the readers (sets `_readers` to None); what they read ahead is dropped."""
+
+    @abc.abstractmethod
+    def _interrupt_readers(self, readers: list[Any]) -> list[Any]:
+        """Stops `readers` from another thread, waking a `next()` that waits on them.
+
+        Runs while `next()` may run in another thread: it must not touch what
+        that thread uses (pipes, queues), only signal. Returns iterators to
+        interrupt too (see `grain_dataset._guard.interrupt`).
+        """
+
+    def _started(self) -> list[Any]:
+        """Starts the readers, unless close() from another thread came first."""
+        if self._interrupted:
+            raise closed_error(self)
+        self._readers = self._start()
+        if self._interrupted:  # it came while they started: it may not have seen them
+            self._stop()
+            raise closed_error(self)
+        return self._readers
+
+    def _interrupt(self) -> list[Any]:
+        self._interrupted = True
+        readers = self._readers
+        return self._interrupt_readers(readers) if readers else []
 
     def get_state(self) -> dict[str, Any]:
         return round_robin_state(self._next_worker, self._states, self._dataset._sequential_slice)
@@ -113,9 +142,16 @@ class RoundRobinIterator(DatasetIterator[Any]):
 
     def start_prefetch(self) -> None:
         if self._readers is None and not all(self._ended):
-            self._readers = self._start()
+            self._started()
 
     def close(self) -> None:
+        """Stops the readers; idempotent.
+
+        Worker processes are asked, terminated, then killed: two seconds at
+        most (`grain_mp._ending`); a thread stuck in user code is left, a
+        daemon (see docs/troubleshooting.md, "A transformation that never
+        returns").
+        """
         self._stop()
 
     def __del__(self) -> None:
