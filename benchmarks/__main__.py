@@ -55,7 +55,7 @@ DEFAULT_TORCH_PATH = Path("/tmp/torchlib")
 UPSTREAM = f"upstream {compare.UPSTREAM_VERSION}"
 TORCH = "PyTorch DataLoader"
 # Scripts of benchmarks/ that are not benchmarks.
-NOT_BENCHMARKS = {"compare", "__init__", "__main__"}
+NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist"}
 
 
 # --- sizes ---------------------------------------------------------------------------
@@ -90,8 +90,9 @@ SIZES: dict[str, dict[str, list[str]]] = {
         "quick": ["--repeats", "1", "--batches", "50", "--steps", "20"],
     },
 }
+SIZES["latency_memory"] = {"full": ["--size", "60000"], "quick": ["--size", "5000"]}
 ROUNDS = {"full": 3, "quick": 1}
-ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp")
+ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory")
 
 
 # --- targets -------------------------------------------------------------------------
@@ -140,6 +141,27 @@ TARGETS: dict[str, Target] = {
     "mp/first_batch_workers_2@*": Target("ours", "<=", 0.15, "<= 0.15 s", "grain-mp issue"),
     "mp/transport_150kb_workers_2@*": Target(
         "ours", ">=", 5000.0, ">= 5 000 MB/s", "grain-mp issue"
+    ),
+    "latency_memory/first_batch_t*_computed@*": Target(
+        "ours", "<=", 64, "<= 2 batches", "speed issue (1)"
+    ),
+    "latency_memory/first_batch_t*@upstream": Target(
+        "ratio", ">=", 1.0, "<= upstream's time", "speed issue (1)"
+    ),
+    "latency_memory/large_150kb_t0@upstream": Target(
+        "ratio", ">=", 1.0, ">= 1x upstream", "speed issue (2)"
+    ),
+    "latency_memory/mnist_arrays_batch_map_*@numpy_loop": Target(
+        "ratio", ">=", 0.5, ">= 0.5x numpy loop", "speed issue (3)"
+    ),
+    "latency_memory/mnist_arrays_batch_map_*@tf_batch_then_map": Target(
+        "ratio", ">=", 5.0, ">= 5x tf.data's best", "speed issue (3)"
+    ),
+    "latency_memory/mnist_*map_batch_*@tf_per_element": Target(
+        "ratio", ">=", 3.0, ">= 3x tf.data per element", "speed issue (3)"
+    ),
+    "latency_memory/ar_pipeline_t0@raw_bulk": Target(
+        "ratio", ">=", 0.8, ">= 0.8x raw bulk read", "speed issue (3)"
     ),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
@@ -255,6 +277,8 @@ class Context:
     upstream_missing: str = ""
     torch_env: dict[str, str] | None = None
     torch_missing: str = ""
+    tf_python: str | None = None
+    tf_missing: str = ""
     timeout_s: float = 1800.0
     runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
@@ -280,6 +304,10 @@ class Context:
             if self.upstream_python is None:
                 raise BenchmarkError(f"upstream not available: {self.upstream_missing}")
             python, env = self.upstream_python, compare._clean_env()
+        elif side == "tf":
+            if self.tf_python is None:
+                raise BenchmarkError(f"tensorflow not available: {self.tf_missing}")
+            python, env = self.tf_python, compare._clean_env()
         elif side == "torch":
             if self.torch_env is None:
                 raise BenchmarkError(f"torch not available: {self.torch_missing}")
@@ -645,6 +673,118 @@ def bench_mp(ctx: Context) -> list[Row]:
     return rows
 
 
+def _latency_rows(case: str, ours: list[dict[str, Any]], peer: list[dict[str, Any]]) -> list[Row]:
+    """The rows of one latency_memory case against upstream (or ours alone)."""
+    done = [line for line in peer if "skipped" not in line]
+    ok = all(line.get("ok", False) for line in ours)
+    if case.startswith("first_batch"):
+        seconds = _median([line["median_s"] for line in ours])
+        peer_seconds = _median([line["median_s"] for line in done]) if done else None
+        computed = max(line["computed"] for line in ours)
+        peer_computed = max(line["computed"] for line in done) if done else None
+        return [
+            Row(
+                "latency_memory",
+                case,
+                "s",
+                seconds,
+                "upstream",
+                UPSTREAM,
+                peer_seconds,
+                higher_is_better=False,
+                ok=ok,
+            ),
+            Row(
+                "latency_memory",
+                f"{case}_computed",
+                "elements",
+                computed,
+                "upstream",
+                UPSTREAM,
+                peer_computed,
+                higher_is_better=False,
+                ok=ok,
+                note="elements computed 0.1 s after the first batch of 32",
+            ),
+        ]
+    rate = _median([line["rate"] for line in ours])
+    peer_rate = _median([line["rate"] for line in done]) if done else None
+    note = "" if done or not peer else f"upstream: {peer[0]['skipped'][:80]}"
+    unit = ours[0]["unit"]
+    return [
+        Row("latency_memory", case, unit, rate, "upstream", UPSTREAM, peer_rate, ok=ok, note=note)
+    ]
+
+
+def bench_latency_memory(ctx: Context) -> list[Row]:
+    arguments = [*ctx.sizes("latency_memory"), "--repeats", "1"]
+    ours_runs, upstream_runs = _rounds(ctx, "latency_memory", arguments, ctx.rounds)
+    _check_sides(ours_runs, upstream_runs)
+    ours, upstream = _by_case(ours_runs), _by_case(upstream_runs)
+    rows: list[Row] = []
+    for case, lines in ours.items():
+        if case in ("mnist_numpy_loop", "ar_raw_bulk"):
+            continue  # references, in the rows below
+        rows += _latency_rows(case, lines, upstream.get(case, []))
+    rate = {case: _median([line.get("rate") for line in lines]) for case, lines in ours.items()}
+    ok = {case: all(line.get("ok", False) for line in lines) for case, lines in ours.items()}
+    for case in ours:
+        if case.startswith("mnist_arrays_batch_map"):
+            rows.append(
+                Row(
+                    "latency_memory",
+                    case,
+                    "images/s",
+                    rate[case],
+                    "numpy_loop",
+                    "hand-written numpy loop",
+                    rate["mnist_numpy_loop"],
+                    ok=ok[case],
+                )
+            )
+        if case == "ar_pipeline_t0":
+            rows.append(
+                Row(
+                    "latency_memory",
+                    case,
+                    "records/s",
+                    rate[case],
+                    "raw_bulk",
+                    "raw ArrayRecordReader read(indices)",
+                    rate["ar_raw_bulk"],
+                    ok=ok[case],
+                )
+            )
+    try:
+        size = ctx.sizes("latency_memory")[1]
+        lines, _ = ctx.run("tfdata_mnist", ["--size", size, "--repeats", str(ctx.rounds)], "tf")
+        tf_rate = {line["case"]: line["rate"] for line in lines}
+        tf_note = ""
+    except BenchmarkError as error:
+        tf_rate, tf_note = {}, f"tf.data not run: {str(error).splitlines()[0][:120]}"
+    for case in ours:
+        peers = []
+        if case.startswith("mnist_arrays_batch_map"):
+            peers.append(("tf_batch_then_map", "tf.data batch-then-map, AUTOTUNE"))
+        if "map_batch" in case and not case.startswith("mnist_arrays_batch_map"):
+            peers.append(("tf_per_element", "tf.data per-element map, AUTOTUNE"))
+        for peer_id, label in peers:
+            rows.append(
+                Row(
+                    "latency_memory",
+                    case,
+                    "images/s",
+                    rate[case],
+                    peer_id,
+                    label,
+                    tf_rate.get(peer_id),
+                    ok=ok[case],
+                    note=tf_note,
+                )
+            )
+    return rows
+
+
 def bench_device_put(ctx: Context) -> list[Row]:
     lines, _ = ctx.run("device_put", ctx.sizes("device_put"))
     cases = {line["case"]: line for line in lines}
@@ -697,6 +837,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "packing": bench_packing,
     "stats_overhead": bench_stats_overhead,
     "mp": bench_mp,
+    "latency_memory": bench_latency_memory,
     "device_put": bench_device_put,
 }
 
@@ -709,6 +850,7 @@ PEERS = {
     "stats_overhead": "statistics off",
     "mp": f"serial, {TORCH}, {UPSTREAM}",
     "device_put": "jax.device_put loop",
+    "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",
 }
 
 
@@ -954,6 +1096,22 @@ def _find_torch(ctx: Context, torch_path: Path) -> str:
     return f"torch {version} from PYTHONPATH={torch_path}"
 
 
+def _find_tf(ctx: Context, tf_python: str) -> None:
+    python = tf_python or ctx.upstream_python or ""
+    probe = subprocess.run(
+        [python or sys.executable, "-c", "import tensorflow"],
+        cwd=ctx.cwd,
+        env=compare._clean_env(),
+        capture_output=True,
+        text=True,
+    )
+    if not python or probe.returncode != 0:
+        ctx.tf_missing = f"tensorflow does not import in {python or 'no interpreter'}"
+        log(f"{ctx.tf_missing}: pip install tensorflow-cpu there, or pass --tf-python")
+        return
+    ctx.tf_python = python
+
+
 def _load() -> str:
     try:
         return f"{os.getloadavg()[0]:.2f}"
@@ -970,6 +1128,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="where REPORT.md and the PNG go")
     parser.add_argument("--venv", type=Path, default=compare.DEFAULT_VENV)
     parser.add_argument("--torch-path", type=Path, default=DEFAULT_TORCH_PATH)
+    parser.add_argument(
+        "--tf-python",
+        default="",
+        help="an interpreter with tensorflow for the tf.data rows (default: the upstream "
+        "venv's, if `pip install tensorflow-cpu` was run in it)",
+    )
     parser.add_argument("--note", default="", help="a line on the conditions, for the report")
     parser.add_argument(
         "--render",
@@ -999,6 +1163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if any(name in ROUND_BY_ROUND for name in names):
             _find_upstream(ctx, args.venv)
         torch_line = _find_torch(ctx, args.torch_path) if "mp" in names else ""
+        if "latency_memory" in names:
+            _find_tf(ctx, args.tf_python)
         for number, name in enumerate(names, 1):
             load = _load()
             loads.append(f"{name} {load}")
