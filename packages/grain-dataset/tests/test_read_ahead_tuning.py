@@ -51,16 +51,16 @@ def test_width_grows_while_more_width_reads_faster(clock):
 def test_width_goes_back_when_more_width_does_not_pay(clock):
     tuner = _prefetch._WidthTuner(max_width=16)
     run_window(tuner, clock, 1000.0, starved=True)
-    assert tuner.width == 2  # trying
-    run_window(tuner, clock, 1050.0, starved=True)  # +5%: not worth it
+    assert tuner.width == 0  # reading inline is tried first
+    run_window(tuner, clock, 1000.0, starved=True)  # no faster: threads it is
     assert tuner.width == 1
     run_window(tuner, clock, 1000.0, starved=True)
-    assert tuner.width == 0  # then reading in the consumer's thread is tried
-    run_window(tuner, clock, 1000.0, starved=True)  # no faster: back to one thread
+    assert tuner.width == 2  # trying more threads
+    run_window(tuner, clock, 1050.0, starved=True)  # +5%: not worth it
     assert tuner.width == 1
     for _ in range(_prefetch._TUNE_PAUSE_WINDOWS):
         run_window(tuner, clock, 1000.0, starved=True)
-        assert tuner.width == 1  # paused before trying again
+        assert tuner.width == 1  # paused before trying again (inline lost lately)
     run_window(tuner, clock, 1000.0, starved=True)
     assert tuner.width == 2
 
@@ -83,8 +83,6 @@ def test_width_never_exceeds_the_thread_count(clock):
 def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(clock):
     tuner = _prefetch._WidthTuner(max_width=16)
     run_window(tuner, clock, 1000.0, starved=True)
-    run_window(tuner, clock, 900.0, starved=True)  # two threads: slower (GIL-bound)
-    run_window(tuner, clock, 1000.0, starved=True)
     assert tuner.width == 0
     run_window(tuner, clock, 2000.0, starved=True)  # inline: twice as fast, kept
     assert tuner.width == 0
@@ -95,3 +93,19 @@ def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(c
     assert tuner.width == 1  # now and then a thread is tried again
     run_window(tuner, clock, 1000.0, starved=True)
     assert tuner.width == 0  # and dropped when it is slower
+
+
+def test_inline_is_tried_again_when_doubling_stops_paying(clock):
+    tuner = _prefetch._WidthTuner(max_width=16)
+    widths = []
+    for _ in range(12):  # threads pay up to 8 (inline reads like one thread)
+        run_window(tuner, clock, 1000.0 * min(max(tuner.width, 1), 8), starved=True)
+        widths.append(tuner.width)
+    assert widths[0] == 0  # inline first, lost
+    assert 16 in widths  # 16 tried, no faster than 8
+    assert widths[-1] == 8
+    for _ in range(8 * _prefetch._TUNE_PAUSE_WINDOWS):
+        run_window(tuner, clock, 1000.0 * min(max(tuner.width, 1), 8), starved=True)
+        widths.append(tuner.width)
+    assert 0 in widths[12:]  # inline tried again once it was due, and lost again
+    assert widths[-1] in (8, 16)

@@ -55,7 +55,7 @@ from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._options import ReadOptions
 from grain_dataset._state import check_state
 
-_TARGET_CHUNK_S = 0.002
+_TARGET_CHUNK_S = 0.005
 # The first chunk is one element, so the first element costs one element (a batch of
 # decoded images is ready as soon as it is computed); chunks grow (x4 per chunk, up to
 # _TARGET_CHUNK_S of work) while elements are cheap.
@@ -203,10 +203,12 @@ class _WidthTuner:
     hand-off). So the width starts at 1 and doubles only when the consumer was
     starved for a window of chunks and the doubled width then reads at least
     15% faster; otherwise it goes back and waits a while before trying again.
-    Width 0 reads in the consumer's own thread: tried when a doubling did not
-    pay (or the width is at its maximum) and kept if it reads 15% faster, which
-    it does for cheap, GIL-bound elements such as batches gathered from
-    arrays, where every hand-off between threads costs more than the work.
+    Width 0 reads in the consumer's own thread: tried first (one window at
+    width 1, starved, then a window inline), and again when a doubling did not
+    pay or the width is at its maximum; kept if it reads 15% faster, which it
+    does for cheap, GIL-bound elements such as batches gathered from arrays,
+    where every hand-off between threads costs more than the work. If it loses,
+    it is not tried again from width 1 for a long while.
     The order of elements never depends on the width.
     """
 
@@ -220,6 +222,7 @@ class _WidthTuner:
         self._trial: tuple[int, float] | None = None  # (width before, its rate)
         self._pause = 0
         self._more_failed = False  # the last doubling did not pay: try width 0 next
+        self._inline_wait = 0  # windows before width 0 may be tried again from width 1
 
     def record(self, positions: int, waited: float) -> None:
         self._positions += positions
@@ -233,18 +236,10 @@ class _WidthTuner:
         starved = self._waited > 0.2 * elapsed
         self._window_start, self._positions, self._waited, self._chunks = now, 0, 0.0, 0
         if self._trial is not None:
-            width, old_rate = self._trial
-            self._trial = None
-            tried, kept = self.width, rate >= old_rate * 1.15
-            if not kept:
-                self.width = width
-            # A doubling that did not pay is followed at once by a try of width 0;
-            # any other outcome waits a while before the next try.
-            self._more_failed = not kept and tried > width >= 1
-            self._pause = 0 if self._more_failed else _TUNE_PAUSE_WINDOWS
-            if kept and tried > width:
-                self._pause = 0  # more width paid: see whether even more does
+            self._judge_trial(rate)
             return
+        if self._inline_wait:
+            self._inline_wait -= 1
         if self._pause:
             self._pause -= 1
         elif self.width == 0:
@@ -252,12 +247,38 @@ class _WidthTuner:
             self._trial = (0, rate)
             self.width = 1
         elif starved:
-            self._trial = (self.width, rate)
-            if self._more_failed or self.width >= self._max_width:
-                self._more_failed = False
+            inline = self.width == 1 or self._more_failed or self.width >= self._max_width
+            self._more_failed = False
+            if inline and not self._inline_wait:
+                self._trial = (self.width, rate)
                 self.width = 0
-            else:
+            elif self.width < self._max_width:
+                self._trial = (self.width, rate)
                 self.width = min(self._max_width, self.width * 2)
+            else:
+                self._pause = _TUNE_PAUSE_WINDOWS
+
+    def _judge_trial(self, rate: float) -> None:
+        """Keeps the width on trial if it read 15% faster than the one before, else goes back."""
+        assert self._trial is not None
+        width, old_rate = self._trial
+        self._trial = None
+        tried, kept = self.width, rate >= old_rate * 1.15
+        if not kept:
+            self.width = width
+        if tried == 0:  # reading inline
+            if kept:
+                self._pause = _TUNE_PAUSE_WINDOWS
+            else:  # threads it is: try more of them at once, inline again much later
+                self._inline_wait = 4 * _TUNE_PAUSE_WINDOWS
+                self._pause = 0
+        elif kept:
+            self._pause = 0  # more width paid: see whether even more does
+        else:
+            # A doubling that did not pay: reading inline is tried next, unless it was
+            # tried lately; back from inline to one thread: inline stays a while.
+            self._more_failed = width >= 1
+            self._pause = 0 if self._more_failed and not self._inline_wait else _TUNE_PAUSE_WINDOWS
 
 
 class _PrefetchIterator(DatasetIterator[Any]):

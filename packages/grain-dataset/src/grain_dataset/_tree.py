@@ -57,10 +57,12 @@ def _rebuild_mapping(kind: type, result: dict) -> Any:
         return result
 
 
-def _stack_leaves(path: tuple[Any, ...], leaves: list[Any]) -> np.ndarray:
+def _stack_leaves(path: tuple[Any, ...], leaves: list[Any], kinds: set[type]) -> np.ndarray:
     result: np.ndarray | None
     first = leaves[0]
-    if isinstance(first, bytes) and all(isinstance(leaf, bytes) for leaf in leaves):
+    if kinds == {bytes} or (
+        isinstance(first, bytes) and all(isinstance(leaf, bytes) for leaf in leaves)
+    ):
         # numpy's fixed-width bytes dtype drops trailing NUL bytes on reading: keep the objects.
         result = np.empty(len(leaves), dtype=object)
         result[:] = leaves
@@ -104,10 +106,12 @@ def _stack(path: tuple[Any, ...], values: list[Any]) -> Any:
             if value is not None:
                 _structure_error(path, index, first, value, "is not None")
         return None
-    for index, value in enumerate(values):
-        if isinstance(value, dict | list | tuple):
-            _structure_error(path, index, first, value, "is a container, not a leaf")
-    return _stack_leaves(path, values)
+    kinds = set(map(type, values))  # one pass in C: usually a single leaf type
+    if len(kinds) > 1:
+        for index, value in enumerate(values):
+            if isinstance(value, dict | list | tuple):
+                _structure_error(path, index, first, value, "is a container, not a leaf")
+    return _stack_leaves(path, values, kinds)
 
 
 def stack(elements: Sequence[Any]) -> Any:
