@@ -64,7 +64,7 @@ _MAX_CHUNK = 1024
 # Bytes bounds, from the size of the chunk's first element: a chunk holds at most
 # _MAX_CHUNK_BYTES (large batches stay one per chunk, and the allocator can reuse the
 # memory of the one before), the readers at most _MAX_IN_FLIGHT_BYTES.
-_MAX_CHUNK_BYTES = 256 << 10
+_MAX_CHUNK_BYTES = 1 << 20
 _MAX_IN_FLIGHT_BYTES = 64 << 20
 # Dropped positions in a row, within one chunk, after which the filter check runs at once.
 _JUDGE_RUN = 64
@@ -159,7 +159,10 @@ def _read_chunk(
     cpu, wall = time.thread_time(), time.perf_counter()
     error: Exception | None = None
     try:
-        values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
+        if stop - start == 1:  # large elements come one per chunk: skip the array work
+            values = [dataset._getitem(start)]
+        else:
+            values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
     except Exception as first_error:
         error = first_error
     if error is not None:
