@@ -144,8 +144,22 @@ class PrefetchIterDataset(IterDataset[Any]):
         return f"PrefetchIterDataset(read_options={self._read_options!r})"
 
 
+def _reads_batched_source(dataset: MapDataset[Any]) -> bool:
+    """Whether a source under `dataset` reads many records at once (`__getitems__`)."""
+    pending, seen = [dataset], set()
+    while pending:
+        stage = pending.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        if stage.__dict__.get("_batched"):
+            return True
+        pending.extend(stage.__dict__.get("_parents", ()))
+    return False
+
+
 def _read_chunk(
-    dataset: MapDataset[Any], start: int, stop: int
+    dataset: MapDataset[Any], start: int, stop: int, one_by_one: bool = False
 ) -> tuple[list[Any], Any, float, float]:
     """Elements [start, stop) of `dataset`, the error that stopped them, CPU and wall time.
 
@@ -159,7 +173,7 @@ def _read_chunk(
     cpu, wall = time.thread_time(), time.perf_counter()
     error: Exception | None = None
     try:
-        if stop - start == 1:  # large elements come one per chunk: skip the array work
+        if one_by_one and stop - start == 1:  # large elements, one per chunk: no arrays
             values = [dataset._getitem(start)]
         else:
             values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
@@ -291,6 +305,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
         # In an mp_prefetch worker (or prefetch thread): only its share of the positions.
         self._source: MapDataset[Any] = _sliced(dataset._parents[0])
         self._length = len(self._source)
+        # A chunk of one element may be read with `_getitem`, unless a source promises
+        # to be asked for records in batches (`__getitems__`).
+        self._one_by_one = not _reads_batched_source(self._source)
         self._allow_nones = dataset._allow_nones
         options = dataset._read_options
         self._threads = options.num_threads if options.prefetch_buffer_size else 0
@@ -373,7 +390,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
             size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
             start, stop = self._read_pos, self._read_pos + size
             busy = len(self._pending) + 1
-            future = self._pool.submit(_read_chunk, self._source, start, stop, busy=busy)
+            future = self._pool.submit(
+                _read_chunk, self._source, start, stop, self._one_by_one, busy=busy
+            )
             self._pending.append((start, stop, future))
             self._in_flight += size
             self._read_pos = stop
@@ -406,7 +425,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 return False
             start = self._read_pos
             stop = min(self._length, start + self._chunk)
-            values, error, cpu, wall = _read_chunk(self._source, start, stop)
+            values, error, cpu, wall = _read_chunk(self._source, start, stop, self._one_by_one)
             self.waited_s += wall
             self._read_pos = stop
             tuner.record(stop - start, wall)
@@ -430,7 +449,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 return False
             start = self._read_pos
             stop = min(self._length, start + self._chunk)
-            values, error, cpu, wall = _read_chunk(self._source, start, stop)
+            values, error, cpu, wall = _read_chunk(self._source, start, stop, self._one_by_one)
             self.waited_s += wall
             self._read_pos = stop
         self.read_cpu_s += cpu
