@@ -44,6 +44,10 @@ from array_record.python.array_record_module import ArrayRecordReader
 import grain
 import grain_sources
 
+# The options ArrayRecordDataSource reads with when given none (no read-ahead, no
+# reader thread pool), so that the raw reads below compare like with like.
+READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
+
 
 def _records(count: int, size: int) -> list[bytes]:
     rng = np.random.default_rng(0)
@@ -68,9 +72,7 @@ def _time(run: Callable[[], list[bytes]], expected: np.ndarray, repeats: int) ->
 
 
 def _raw(paths: Sequence[str], order: np.ndarray, ends: np.ndarray) -> Callable[[], list[bytes]]:
-    readers = [
-        ArrayRecordReader(p, grain_sources._array_record.DEFAULT_READER_OPTIONS) for p in paths
-    ]
+    readers = [ArrayRecordReader(p, READER_OPTIONS) for p in paths]
     files = np.searchsorted(ends, order, side="right")
     local = order - (ends - np.diff(ends, prepend=0))[files]
     plan = list(zip(files.tolist(), local.tolist(), strict=True))

@@ -53,7 +53,7 @@ import grain  # noqa: E402
 try:
     from grain.experimental import device_put  # type: ignore[attr-defined]
 except ImportError:  # not exported yet
-    from grain_jax._device_put import device_put
+    from grain_jax import device_put
 
 SHAPE = (32, 224, 224, 3)
 DISTINCT = 16

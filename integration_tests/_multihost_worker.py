@@ -48,7 +48,7 @@ def build(workdir: str, pid: int, count: int) -> tuple:
     """The two pipelines of this process, at their start."""
     from grain_dataset import Batch, MapDataset, MapTransform
     from grain_index import IndexSampler
-    from grain_jax._sharding import ShardByJaxProcess
+    from grain_jax import ShardByJaxProcess
     from grain_mp import DataLoader, MultiprocessingOptions
     from grain_sources import ArrayRecordDataSource
 
@@ -100,9 +100,9 @@ def main() -> None:
     import numpy as np
     import orbax.checkpoint as ocp
     from jax.experimental import multihost_utils
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from grain_jax._checkpoint import CheckpointRestore, CheckpointSave
-    from grain_jax._sharding import _default_sharding, make_global_batch
+    from grain_jax import CheckpointRestore, CheckpointSave, make_global_batch
 
     dataset_it, loader_it = build(workdir, pid, count)
     out: dict = {
@@ -162,7 +162,9 @@ def main() -> None:
         jax.distributed.shutdown()
         return
 
-    abstract = {"w": jax.ShapeDtypeStruct((2 * count,), np.float32, sharding=_default_sharding())}
+    # make_global_batch's default sharding: the rows split over every device.
+    rows = NamedSharding(Mesh(np.asarray(jax.devices()), ("data",)), PartitionSpec("data"))
+    abstract = {"w": jax.ShapeDtypeStruct((2 * count,), np.float32, sharding=rows)}
     step = mngr.latest_step()
     restored = mngr.restore(
         step,

@@ -134,7 +134,7 @@ def test_shards_checkpoint_crash_and_restore(tmp_path, count):
         restoring.wait()
     finally:
         restoring.kill()
-        from grain_mp._sweep import sweep_dead_segments
+        from grain_mp import sweep_dead_segments
 
         sweep_dead_segments()  # Segments the SIGKILLed workers held.
 

@@ -16,7 +16,6 @@ import pytest
 
 import grain
 import grain.experimental as ge
-from grain_dataset._guard import unguard
 from grain_sources import CorruptRecordError, ParquetReader, TruncatedRecordError
 
 
@@ -143,20 +142,6 @@ def test_a_worker_error_that_cannot_be_rebuilt_keeps_its_message():
 
 
 # -- the thread guard --------------------------------------------------------------------
-
-
-def test_only_the_outermost_iterator_is_guarded_and_it_looks_the_same():
-    iterator = iter(_base().map(lambda x: x).batch(2))
-    inner = iterator._parent
-    assert "_call_lock" in iterator.__dict__
-    assert "_call_lock" not in inner.__dict__
-    assert type(iterator).__name__ == "_BatchIterator"
-    assert type(iterator).__qualname__ == type(iterator).__mro__[1].__qualname__
-    assert isinstance(iterator, grain.DatasetIterator)
-    assert repr(iterator) == repr(iterator).replace("guarded", "")
-    unguard(iterator)
-    assert "_call_lock" not in iterator.__dict__
-    assert next(iterator).tolist() == [0, 1]
 
 
 @pytest.mark.timeout(60)

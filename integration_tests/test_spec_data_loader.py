@@ -13,10 +13,6 @@ import numpy as np
 import pytest
 
 import grain.python as grain
-from grain_mp import _data_loader
-
-# Until grain.python exports DataLoader, the guide's `grain.DataLoader` is this one.
-DataLoader = getattr(grain, "DataLoader", _data_loader.DataLoader)
 
 
 class ImageSource:
@@ -75,7 +71,7 @@ def test_guide_data_loader_with_transformations(capsys):
 
     source = ImageSource()
     transformations = [ResizeAndCrop()]
-    data_loader = DataLoader(
+    data_loader = grain.DataLoader(
         data_source=source, operations=transformations, sampler=_index_sampler(), worker_count=0
     )
     elements = list(data_loader)
@@ -88,7 +84,7 @@ def test_guide_data_loader_with_transformations(capsys):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("worker_count", [0, 2])
 def test_guide_checkpointing_restores_the_iterator(tmp_path, worker_count):
-    data_loader = DataLoader(
+    data_loader = grain.DataLoader(
         data_source=ImageSource(),
         operations=[ResizeAndCrop()],
         sampler=_index_sampler(),
@@ -118,14 +114,14 @@ def test_guide_checkpointing_restores_the_iterator(tmp_path, worker_count):
 
 
 def test_guide_checkpoint_refuses_another_sampler():
-    data_iter = iter(DataLoader(data_source=ImageSource(), sampler=_index_sampler()))
+    data_iter = iter(grain.DataLoader(data_source=ImageSource(), sampler=_index_sampler()))
     next(data_iter)
     state = data_iter.get_state()
     other = grain.IndexSampler(
         num_records=5, num_epochs=2, shard_options=grain.NoSharding(), shuffle=True, seed=1
     )
     with pytest.raises(ValueError, match="sampler"):
-        iter(DataLoader(data_source=ImageSource(), sampler=other)).set_state(state)
+        iter(grain.DataLoader(data_source=ImageSource(), sampler=other)).set_state(state)
 
 
 @pytest.mark.timeout(60)
@@ -133,7 +129,7 @@ def test_guide_in_memory_data_source_with_five_workers(capsys):
     in_memory_datasource = grain.InMemoryDataSource(range(5))
     print(in_memory_datasource)
     print(f"First Record Read: {in_memory_datasource[0]}")
-    data_loader = DataLoader(
+    data_loader = grain.DataLoader(
         data_source=in_memory_datasource,
         sampler=grain.IndexSampler(
             num_records=len(in_memory_datasource),
@@ -160,7 +156,7 @@ def test_guide_in_memory_data_source_with_five_workers(capsys):
 @pytest.mark.timeout(60)
 def test_guide_per_worker_read_options():
     source = ImageSource()
-    data_loader = DataLoader(
+    data_loader = grain.DataLoader(
         data_source=source,
         sampler=grain.IndexSampler(
             num_records=len(source),
@@ -179,7 +175,7 @@ def test_guide_per_worker_read_options():
 
 def test_guide_batch_is_grain_python_batch():
     source = grain.InMemoryDataSource(range(10))
-    data_loader = DataLoader(
+    data_loader = grain.DataLoader(
         data_source=source,
         sampler=grain.IndexSampler(
             num_records=10, shard_options=grain.NoSharding(), shuffle=False, num_epochs=1

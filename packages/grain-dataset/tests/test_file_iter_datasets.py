@@ -13,7 +13,7 @@ from grain_dataset import (
     without_fingerprint,
 )
 from grain_dataset._file_iter import ParquetIterDataset, TFRecordIterDataset
-from grain_sources._tfrecord import CorruptRecordError, write_tfrecord
+from grain_sources import CorruptRecordError, write_tfrecord
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")

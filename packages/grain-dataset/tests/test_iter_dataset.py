@@ -5,7 +5,6 @@ difference between seeds, independence from the data), never against one
 hard-coded draw.
 """
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,6 +25,7 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
+from grain_dataset._guard import unguard
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -573,16 +573,29 @@ def test_iterator_is_its_own_iterator():
 # -- mp_prefetch ----------------------------------------------------------------------------------
 
 
-GRAIN_MP_READY = importlib.util.find_spec("grain_mp") is not None and (
-    importlib.util.find_spec("grain_mp._prefetch") is not None
-)
-
-
-@pytest.mark.skipif(GRAIN_MP_READY, reason="grain-mp provides mp_prefetch now: test it there")
-def test_mp_prefetch_without_grain_mp_names_the_package_to_install():
-    # Placeholder until grain-mp lands; replace with real mp_prefetch tests then.
+def test_mp_prefetch_without_grain_mp_names_the_package_to_install(monkeypatch):
+    # grain-mp is installed in the workspace: its import fails here as if it were not.
+    # (mp_prefetch itself is tested in grain-mp's tests.)
+    monkeypatch.setitem(sys.modules, "grain_mp", None)
     ds = source(5)
     with pytest.raises(ImportError, match="grain-mp"):
         ds.mp_prefetch()
     with pytest.raises(ImportError, match="grain-mp"):
         ds.prefetch(None)
+
+
+# -- the thread guard (from integration_tests/test_resilience_regressions.py, issue 9) ----------
+
+
+def test_only_the_outermost_iterator_is_guarded_and_it_looks_the_same():
+    iterator = iter(source(20).map(lambda x: x).batch(2))
+    inner = iterator._parent
+    assert "_call_lock" in iterator.__dict__
+    assert "_call_lock" not in inner.__dict__
+    assert type(iterator).__name__ == "_BatchIterator"
+    assert type(iterator).__qualname__ == type(iterator).__mro__[1].__qualname__
+    assert isinstance(iterator, DatasetIterator)
+    assert repr(iterator) == repr(iterator).replace("guarded", "")
+    unguard(iterator)
+    assert "_call_lock" not in iterator.__dict__
+    assert next(iterator).tolist() == [0, 1]

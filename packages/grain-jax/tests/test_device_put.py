@@ -27,7 +27,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import grain_dataset as gd
-from grain_dataset._conformance import assert_equal_output_after_checkpoint
+from grain_dataset import assert_equal_output_after_checkpoint
 from grain_jax._device_put import (
     DevicePutDatasetIterator,
     DevicePutIterDataset,

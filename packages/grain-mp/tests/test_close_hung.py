@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 from grain_dataset import MapDataset, MapTransform, ReadOptions
-from grain_dataset._guard import CLOSE_TIMEOUT_S
+from grain_dataset.extension import CLOSE_TIMEOUT_S
 from grain_index import IndexSampler, NoSharding
 from grain_mp import DataLoader, MultiprocessingOptions, multithread_prefetch
 from grain_mp._sweep import parse_segment_name, segment_names

@@ -1,25 +1,51 @@
-"""The layer rules of DESIGN.md, checked on what a fresh interpreter really imports.
+"""The layer rules of DESIGN.md, checked twice: at run time and in the source.
 
-Each test starts a new Python process, imports one package of the workspace and
-reports the top-level names in `sys.modules` before and after that import.
-Nothing in this process's own `sys.modules` (pytest, hypothesis, other tests)
-can hide or fake a violation.
-
-Rules checked:
+At run time, each test starts a new Python process, imports one package of the
+workspace and reports the top-level names in `sys.modules` before and after
+that import. Nothing in this process's own `sys.modules` (pytest, hypothesis,
+other tests) can hide or fake a violation. Rules checked:
   * a layer never loads a module of a layer above it, nor any `grain*` module
     that it does not depend on (DESIGN.md's table);
   * each distribution declares exactly the dependencies of that table;
   * `grain_index` adds nothing but the standard library and numpy;
   * jax, orbax (and, for `grain`, tensorflow and torch) are imported lazily,
     never at package import time.
+
+In the source (the seams), every .py file of the repository is parsed with
+`ast`, so that lazy imports, imports inside tests and code run in child
+interpreters count too. Rules checked:
+  (a) no file imports a private module or name of another grain package
+      (``from grain_x._y import z``, ``import grain_x._y``, ``from grain_x import
+      _y``), nor reaches one as an attribute (``grain_x._y.z``); a package
+      offers what others need under public names (`grain_index.checks`,
+      `grain_dataset.extension`, ...);
+  (b) no string names one either: an argument of importlib.import_module,
+      __import__, find_spec or pytest.importorskip, a mock.patch or
+      monkeypatch target, a sys.modules key, or code handed to a child
+      interpreter (``python -c "import grain_x._y"``);
+  (c) the library code of a package imports only layers below it, with one
+      exception, grain_dataset's lazy import of grain_mp inside
+      `IterDataset.mp_prefetch`; the packages form no cycle; and each
+      package's pyproject.toml declares exactly the grain packages its library
+      code imports (besides that lazy one).
+Tests, integration tests and benchmarks may import any layer (they run in the
+whole workspace), through public names only. `grain._src` is exempt from (a):
+it re-exports public names under Grain's private paths for clients that import
+those (Keras), so importing it from outside is its purpose.
 """
 
+import ast
+import graphlib
 import importlib
 import importlib.metadata
 import json
 import re
 import subprocess
 import sys
+import textwrap
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +55,9 @@ DEPENDENCIES = {
     "grain-sources": {"numpy", "array-record"},
     "grain-dataset": {"grain-index", "grain-sources"},
     # cloudpickle: workers that do not fork (ArrayRecord pipelines) get lambdas too.
-    "grain-mp": {"grain-dataset", "cloudpickle"},
-    "grain-jax": {"grain-dataset", "grain-mp", "jax", "orbax-checkpoint"},
+    "grain-mp": {"grain-dataset", "grain-index", "cloudpickle"},
+    # grain-jax sits above grain-mp but does not use it.
+    "grain-jax": {"grain-dataset", "grain-index", "jax", "orbax-checkpoint"},
     "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-jax"},
 }
 LAYERS = tuple(name.replace("-", "_") for name in DEPENDENCIES)
@@ -147,3 +174,281 @@ def test_declared_dependencies_match_the_layer_table(distribution):
     assert importlib.metadata.version(distribution) == "0.1.0"
     module = importlib.import_module(distribution.replace("-", "_"))
     assert "Layout:" in (module.__doc__ or ""), "each package opens with a layout docstring"
+
+
+# -- the seams, read from the source -----------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[3]
+RANK = {name: rank for rank, name in enumerate(LAYERS)}  # an import may only point down
+# The one upward edge DESIGN.md allows: `IterDataset.mp_prefetch` imports grain-mp
+# lazily, inside the method, by grain-mp's public name.
+LAZY_UPWARD = {("grain_dataset", "grain_mp")}
+# Meant to be imported from outside: see the module docstring.
+COMPAT_ALIASES = ("grain._src",)
+# Calls whose first (string) argument names a module to import or look up.
+_IMPORTING_CALLS = {"import_module", "__import__", "find_spec", "importorskip"}
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One place where a file names a grain module: an import, a string, an attribute."""
+
+    line: int
+    path: str  # the dotted path named, e.g. "grain_dataset._stage.MapStage"
+    how: str  # "import", "string" or "attribute"
+    in_function: bool = False
+
+    @property
+    def package(self):
+        return self.path.partition(".")[0]
+
+
+def _is_private(part):
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def references(source, line_offset=0):
+    """Every grain module path that `source` imports or names, with where and how."""
+    found = []
+
+    def visit(node, in_function):
+        line = line_offset + getattr(node, "lineno", 0)
+        if isinstance(node, ast.Import):
+            found.extend(Reference(line, a.name, "import", in_function) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # `from grain_x import _y`: _y is a module or a name, private either way.
+            found.append(Reference(line, node.module, "import", in_function))
+            found.extend(
+                Reference(line, f"{node.module}.{a.name}", "import", in_function)
+                for a in node.names
+                if a.name != "*"
+            )
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0] if node.args else None
+            if (
+                name in _IMPORTING_CALLS
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
+                found.append(Reference(line, first.value, "import", in_function))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+            if _DOTTED.fullmatch(text) and text.partition(".")[0] in RANK:
+                # mock.patch / monkeypatch targets, sys.modules keys, lazy-import tables.
+                found.append(Reference(line, text, "string", in_function))
+            elif "import" in text:
+                # Code handed to a child interpreter (`python -c ...`), if it parses.
+                try:
+                    tree = ast.parse(textwrap.dedent(text))
+                except (SyntaxError, ValueError):
+                    tree = None
+                if tree is not None:
+                    found.extend(references(ast.unparse(tree), line - 1))
+        elif isinstance(node, ast.Attribute):
+            parts = []
+            base = node
+            while isinstance(base, ast.Attribute):
+                parts.append(base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in RANK:
+                path = ".".join([base.id, *reversed(parts)])
+                found.append(Reference(line, path, "attribute", in_function))
+                return  # the inner attributes are prefixes of this path
+        inside = in_function or isinstance(
+            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+        )
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def private_reach(source, owner):
+    """Rules (a) and (b): where `source`, a file of package `owner` (None: of no
+    package), names a private module or name of another grain package."""
+    problems = set()
+    for ref in references(source):
+        if ref.package not in RANK or ref.package == owner:
+            continue
+        if any(ref.path == alias or ref.path.startswith(alias + ".") for alias in COMPAT_ALIASES):
+            continue
+        parts = ref.path.split(".")
+        private = [i for i, part in enumerate(parts) if i and _is_private(part)]
+        if private:
+            # Up to the first private part: one report per statement, not one per name.
+            reached = ".".join(parts[: private[0] + 1])
+            problems.add((ref.line, f"line {ref.line}: {ref.how} of {reached}"))
+    return [text for _, text in sorted(problems)]
+
+
+def package_edges(source, owner):
+    """The other grain packages that `source`, library code of `owner`, imports: for
+    each, whether every import of it sits inside a function (is lazy)."""
+    edges = {}
+    for ref in references(source):
+        if ref.how == "import" and ref.package in RANK and ref.package != owner:
+            edges[ref.package] = edges.get(ref.package, True) and ref.in_function
+    return edges
+
+
+def layering_problems(edges):
+    """Rule (c) over {package: {imported package: lazy?}}: every edge points down the
+    layers but LAZY_UPWARD taken lazily, and the packages form no cycle."""
+    problems = []
+    for owner, targets in sorted(edges.items()):
+        for target, lazy in sorted(targets.items()):
+            if RANK[target] < RANK[owner] or ((owner, target) in LAZY_UPWARD and lazy):
+                continue
+            when = "lazily" if lazy else "at import time"
+            problems.append(f"{owner} imports {target} {when}, a layer not below its own")
+    graph = {
+        owner: {target for target in targets if (owner, target) not in LAZY_UPWARD}
+        for owner, targets in edges.items()
+    }
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as error:
+        problems.append(f"the packages import each other in a cycle: {error.args[1]}")
+    return problems
+
+
+def _owner(path):
+    """(the package `path` belongs to, or None; whether it is library code)."""
+    parts = path.relative_to(ROOT).parts
+    if len(parts) > 3 and parts[0] == "packages" and parts[2] == "src":
+        return parts[3], True
+    if len(parts) > 2 and parts[0] == "packages":
+        return parts[1].replace("-", "_"), False
+    return None, False
+
+
+def _python_files():
+    skip = {"__pycache__", "build", "dist", "node_modules"}
+    return sorted(
+        path
+        for path in ROOT.rglob("*.py")
+        if not any(part.startswith(".") or part in skip for part in path.relative_to(ROOT).parts)
+    )
+
+
+def _library_edges():
+    edges = {name: {} for name in LAYERS}
+    for path in _python_files():
+        owner, is_library = _owner(path)
+        if is_library:
+            for target, lazy in package_edges(path.read_text(), owner).items():
+                edges[owner][target] = edges[owner].get(target, True) and lazy
+    return edges
+
+
+def test_the_source_scan_sees_every_package():
+    owners = {_owner(path) for path in _python_files()}
+    for package in LAYERS:
+        assert (package, True) in owners, f"no library code of {package} under {ROOT}"
+        assert (package, False) in owners, f"no tests of {package} under {ROOT}"
+    assert any(path.parts[-2] == "integration_tests" for path in _python_files())
+    assert any(path.parts[-2] == "benchmarks" for path in _python_files())
+
+
+def test_no_file_reaches_into_another_packages_private_modules():
+    problems = []
+    for path in _python_files():
+        if path == Path(__file__).resolve():
+            continue  # its planted sources below break the rules on purpose
+        owner, _ = _owner(path)
+        problems += [
+            f"{path.relative_to(ROOT)} {problem}"
+            for problem in private_reach(path.read_text(), owner)
+        ]
+    assert not problems, (
+        "these files use private modules of another grain package; import the public "
+        "names instead (grain_index.checks, grain_dataset.extension, a package's own "
+        "namespace), or make what they need public there:\n" + "\n".join(problems)
+    )
+
+
+def test_library_imports_point_down_the_layers_without_cycles():
+    assert layering_problems(_library_edges()) == []
+
+
+def test_each_package_declares_exactly_the_grain_packages_it_imports():
+    edges = _library_edges()
+    for package in LAYERS:
+        distribution = "grain" if package == "grain" else package.replace("_", "-")
+        project = tomllib.loads((ROOT / "packages" / distribution / "pyproject.toml").read_text())
+        declared = {
+            re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].replace("-", "_")
+            for requirement in project["project"]["dependencies"]
+        }
+        imported = {t for t in edges[package] if (package, t) not in LAZY_UPWARD}
+        assert declared & set(RANK) == imported, (
+            f"{distribution}'s pyproject.toml declares the grain packages "
+            f"{sorted(declared & set(RANK))} but its library code imports {sorted(imported)}"
+        )
+
+
+# The checkers themselves, on planted sources: each rule catches what it is for.
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from grain_dataset._stage import MapStage",
+        "import grain_dataset._state",
+        "import grain_dataset._state as state",
+        "from grain_index import _validate",
+        "from grain_dataset.extension import _private_helper",
+        "def f():\n    from grain_mp._prefetch import mp_prefetch",
+        "import importlib\nimportlib.import_module('grain_mp._prefetch')",
+        "__import__('grain_index._validate')",
+        "import pytest\npytest.importorskip('grain_dataset._window_shuffle')",
+        "import sys\nsys.modules['grain_dataset._guard']",
+        "def t(monkeypatch):\n    monkeypatch.setattr('grain_dataset._prefetch.X', 1)",
+        "import grain_dataset\ngrain_dataset._base.register",
+        "CHILD = '''\nimport json\nfrom grain_dataset._guard import POLL_S\n'''",
+    ],
+)
+def test_a_planted_private_import_is_caught(source):
+    assert private_reach(source, owner="grain_jax"), source
+    assert private_reach(source, owner=None), source
+
+
+@pytest.mark.parametrize(
+    ("source", "owner"),
+    [
+        ("from grain_dataset.extension import MapStage, check_state", "grain_mp"),
+        ("from grain_index import checks\nchecks.int_in_range(1, 'x', 0)", "grain_dataset"),
+        ("from grain_dataset._stage import MapStage", "grain_dataset"),  # its own
+        ("import importlib\nimportlib.import_module('grain_mp')", "grain_dataset"),
+        ("from grain_jax import __version__", "grain"),  # dunders are public
+        ("from grain._src.python.shared_memory_array import SharedMemoryArray", None),
+        ("MESSAGE = 'call grain_mp._sweep later'", None),  # prose, not a path
+        ("import numpy._core", None),  # not a grain package
+    ],
+)
+def test_public_and_own_imports_pass(source, owner):
+    assert private_reach(source, owner) == []
+
+
+def test_a_planted_upward_import_or_cycle_is_caught():
+    assert layering_problems({"grain_index": package_edges("import grain_dataset", "grain_index")})
+    # The allowed edge, only lazily:
+    lazy = package_edges("def f():\n    import grain_mp", "grain_dataset")
+    eager = package_edges("import grain_mp\ndef f():\n    import grain_mp", "grain_dataset")
+    assert lazy == {"grain_mp": True}
+    assert eager == {"grain_mp": False}
+    assert layering_problems({"grain_dataset": lazy, "grain_mp": {"grain_dataset": False}}) == []
+    assert layering_problems({"grain_dataset": eager})
+    # grain_jax lazily importing grain (a layer above) is not the allowed edge.
+    assert layering_problems({"grain_jax": {"grain": True}})
+    # A cycle, on its own (with RANK reordered it would pass the direction check).
+    assert any(
+        "cycle" in problem
+        for problem in layering_problems(
+            {"grain_index": {"grain_sources": False}, "grain_sources": {"grain_index": False}}
+        )
+    )

@@ -16,6 +16,7 @@ this package attaches them all:
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
   _conformance                                                  the checkpoint contract check
   _stats, _pipeline_repr                                        statistics and str(ds)
+  extension       what grain-mp and grain-jax build on (stage bases, state checks, ...)
 """
 
 from grain_dataset import (  # noqa: F401 - each registers its transformations with _base

@@ -28,7 +28,7 @@ import numpy as np
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
 from grain_dataset._guard import guard, unguard
-from grain_index import _validate, derive_seed
+from grain_index import checks, derive_seed
 
 if TYPE_CHECKING:
     from grain_dataset._options import DatasetOptions, ReadOptions
@@ -194,7 +194,7 @@ def check_index(index: Any, length: int) -> int:
     Grain: with 10 elements, -1 is 9 and -11 is 9 again.
     """
     if type(index) is not int:
-        index = _validate.as_int(index, "index")
+        index = checks.as_int(index, "index")
     if length == 0:
         raise IndexError("the dataset is empty: it has no element at any index.")
     if index < 0:

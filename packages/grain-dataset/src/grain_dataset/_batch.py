@@ -22,12 +22,12 @@ from grain_dataset._gather import split
 from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
 from grain_dataset._tree import stack
-from grain_index import _validate
+from grain_index import checks
 
 
 def _batch_options(stage: Any, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> None:
     """Checks the batch arguments and sets them on `stage` (both batch classes share them)."""
-    batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
+    batch_size = checks.int_in_range(batch_size, "batch_size", 1)
     if not isinstance(drop_remainder, bool):
         raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
     if batch_fn is not None and not callable(batch_fn):

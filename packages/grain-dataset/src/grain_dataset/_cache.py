@@ -44,7 +44,7 @@ import numpy as np
 
 from grain_dataset._base import MapDataset
 from grain_dataset._stage import MapStage, is_infinite
-from grain_index import _validate
+from grain_index import checks
 
 
 class CachedMapDataset(MapStage):
@@ -82,7 +82,7 @@ class CachedMapDataset(MapStage):
             )
         super().__init__(parent)
         if max_elements is not None:
-            max_elements = _validate.int_in_range(max_elements, "max_elements", 1)
+            max_elements = checks.int_in_range(max_elements, "max_elements", 1)
         if not isinstance(epoch_invariant, bool):
             raise TypeError(f"`epoch_invariant` must be a bool, got {epoch_invariant!r}.")
         self._parent = parent

@@ -17,7 +17,7 @@ from grain_dataset._base import INFINITE, MapDataset, dataset_list, register
 from grain_dataset._fingerprint import token
 from grain_dataset._gather import interleave
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
-from grain_index import MixingSchedule, _validate
+from grain_index import MixingSchedule, checks
 
 
 def _check_datasets(datasets: Any, what: str, allow_empty: bool = False) -> list[MapDataset[Any]]:
@@ -221,7 +221,7 @@ class SelectionMapDataset(MapStage):
             )
         self._datasets = datasets
         self._selection_map = selection_map
-        self._length = _validate.int_in_range(len(selection_map), "len(selection_map)", 0)
+        self._length = checks.int_in_range(len(selection_map), "len(selection_map)", 0)
 
     def __len__(self) -> int:
         return self._length
@@ -235,13 +235,13 @@ class SelectionMapDataset(MapStage):
                 f"selection_map[{index % self._length}] must be a pair (dataset index, "
                 f"index within it), got {selected!r}."
             ) from None
-        component = _validate.int_in_range(
+        component = checks.int_in_range(
             component,
             f"dataset index of selection_map[{index % self._length}]",
             0,
             len(self._datasets),
         )
-        within = _validate.int_in_range(within, "index within the selected dataset", 0)
+        within = checks.int_in_range(within, "index within the selected dataset", 0)
         return self._datasets[component]._getitem(within)
 
     def _describe(self) -> str:

@@ -59,7 +59,7 @@ from grain_dataset._errors import WrongTypeError
 from grain_dataset._fingerprint import token
 from grain_dataset._packing import SEGMENT_DTYPE, Layout
 from grain_dataset._state import check_state
-from grain_index import _validate
+from grain_index import checks
 
 
 class BOSHandling(enum.Enum):
@@ -147,7 +147,7 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
                     "`bos_token_id` is required with BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS: "
                     "pass the tokenizer's BOS id."
                 )
-            self._bos_token_id = _validate.as_int(bos_token_id, "bos_token_id")
+            self._bos_token_id = checks.as_int(bos_token_id, "bos_token_id")
             self._bos = self._bos_flags(bos_features)
         elif bos_features or bos_token_id is not None:
             raise ValueError(

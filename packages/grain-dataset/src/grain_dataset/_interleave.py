@@ -69,7 +69,7 @@ from grain_dataset._daemon_pool import DaemonPool
 from grain_dataset._fingerprint import token, unstamped
 from grain_dataset._state import check_state
 from grain_dataset._thread_prefetch import ThreadPrefetchDatasetIterator
-from grain_index import _validate
+from grain_index import checks
 
 T = TypeVar("T")
 
@@ -142,12 +142,10 @@ class InterleaveIterDataset(IterDataset[T]):
             self._count = len(datasets)
         super().__init__(parents)
         self._datasets = datasets
-        self._cycle_length = _validate.int_in_range(cycle_length, "cycle_length", 1)
-        self._num_threads = _validate.int_in_range(
-            num_make_iter_threads, "num_make_iter_threads", 0
-        )
-        self._ahead = _validate.int_in_range(make_iter_buffer_size, "make_iter_buffer_size", 0)
-        self._iter_buffer_size = _validate.int_in_range(iter_buffer_size, "iter_buffer_size", 0)
+        self._cycle_length = checks.int_in_range(cycle_length, "cycle_length", 1)
+        self._num_threads = checks.int_in_range(num_make_iter_threads, "num_make_iter_threads", 0)
+        self._ahead = checks.int_in_range(make_iter_buffer_size, "make_iter_buffer_size", 0)
+        self._iter_buffer_size = checks.int_in_range(iter_buffer_size, "iter_buffer_size", 0)
 
     @property
     def cycle_length(self) -> int:

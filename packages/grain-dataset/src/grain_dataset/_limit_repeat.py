@@ -20,7 +20,7 @@ from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._state import check_state
-from grain_index import _validate
+from grain_index import checks
 
 
 class LimitIterDataset(IterDataset[Any]):
@@ -40,7 +40,7 @@ class LimitIterDataset(IterDataset[Any]):
     def __init__(self, parent: IterDataset[Any], count: int):
         super().__init__(as_iter_dataset(parent, "parent"))
         # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
-        self._count = _validate.int_in_range(count, "count", 1)
+        self._count = checks.int_in_range(count, "count", 1)
 
     def __iter__(self) -> DatasetIterator[Any]:
         return _LimitIterator(self, iter(self._parents[0]))
@@ -97,7 +97,7 @@ class RepeatIterDataset(IterDataset[Any]):
     def __init__(self, parent: IterDataset[Any], num_epochs: int | None = None):
         super().__init__(as_iter_dataset(parent, "parent"))
         if num_epochs is not None:
-            num_epochs = _validate.int_in_range(num_epochs, "num_epochs", 1)
+            num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
         self._num_epochs = num_epochs
 
     def __iter__(self) -> DatasetIterator[Any]:

@@ -2,7 +2,7 @@
 
 The dataset layer may not import grain-mp (a lower layer never imports a higher
 one), so the method imports it lazily and says what to install when it is
-missing.
+missing. It reaches grain-mp only through its public name `grain_mp.mp_prefetch`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from grain_dataset._base import register
 @register("mp_prefetch")
 def _mp_prefetch(parent: Any, options: Any, worker_init_fn: Any, sequential_slice: Any) -> Any:
     try:
-        module = importlib.import_module("grain_mp._prefetch")
+        module = importlib.import_module("grain_mp")
     except ImportError as error:
         raise ImportError(
             "`mp_prefetch` runs pipelines in worker processes, which the grain-mp package "

@@ -20,7 +20,7 @@ import contextlib
 from typing import Any
 
 from grain_dataset._errors import OutOfRangeError
-from grain_index import _validate
+from grain_index import checks
 
 
 def _hook(iterator: Any, name: str) -> Any:
@@ -67,7 +67,7 @@ def set_next_index(ds_iter: Any, index: int) -> None:
       IndexError: `index` is past the end of the dataset.
     """
     method = _hook(ds_iter, "_set_next_index")
-    index = _validate.as_int(index, "index")
+    index = checks.as_int(index, "index")
     if index < 0:
         raise OutOfRangeError(f"`index` must be >= 0, got {index}.")
     with _locked(ds_iter):

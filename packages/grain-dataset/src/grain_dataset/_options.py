@@ -7,7 +7,7 @@ import enum
 import math
 from typing import Any
 
-from grain_index import _validate
+from grain_index import checks
 
 
 @dataclasses.dataclass
@@ -33,7 +33,7 @@ class ReadOptions:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("num_threads", "prefetch_buffer_size"):
-            _validate.int_in_range(value, f"ReadOptions.{name}", 0)
+            checks.int_in_range(value, f"ReadOptions.{name}", 0)
         object.__setattr__(self, name, value)
 
 
@@ -66,7 +66,7 @@ def _mode(value: Any, name: str) -> ExecutionTrackingMode:
 
 
 def _size(value: Any, name: str) -> int:
-    return _validate.int_in_range(value, name, 0)
+    return checks.int_in_range(value, name, 0)
 
 
 _DEFAULTS: dict[str, Any] = {

@@ -77,7 +77,7 @@ from grain_dataset._fingerprint import seed_param, token
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import explicit_seed, stage_seed
 from grain_dataset._state import check_state
-from grain_index import _validate
+from grain_index import checks
 
 SEGMENT_DTYPE = np.int32
 _NO_FIT = np.iinfo(np.int64).max
@@ -112,7 +112,7 @@ def _flatten_lengths(
             _flatten_lengths(child, (*path, index), out)
     else:
         name = f"length_struct{_subscript(path)}"
-        out.append((path, _validate.int_in_range(node, name, 1)))
+        out.append((path, checks.int_in_range(node, name, 1)))
 
 
 def _all_str_dicts(node: Any) -> bool:
@@ -410,7 +410,7 @@ class _PackIterDataset(IterDataset[Any]):
         name = type(self).__name__
         super().__init__(as_iter_dataset(parent, "parent", name))
         self._layout = Layout(length_struct, meta_features, name)
-        self._num_bins = _validate.int_in_range(num_packing_bins, "num_packing_bins", 1)
+        self._num_bins = checks.int_in_range(num_packing_bins, "num_packing_bins", 1)
         if not isinstance(shuffle_bins, bool):
             raise TypeError(f"`shuffle_bins` must be a bool, got {shuffle_bins!r}.")
         self._shuffle_bins = shuffle_bins
@@ -429,7 +429,7 @@ class _PackIterDataset(IterDataset[Any]):
         if pack_alignment_struct is not None:
             aligns = self._layout.flat_values(pack_alignment_struct, "pack_alignment_struct")
             self._align = [
-                _validate.int_in_range(value, f"pack_alignment_struct[{name_}]", 1)
+                checks.int_in_range(value, f"pack_alignment_struct[{name_}]", 1)
                 for value, name_ in zip(aligns, self._layout.names, strict=True)
             ]
             if all(value == 1 for value in self._align):
@@ -447,7 +447,7 @@ class _PackIterDataset(IterDataset[Any]):
         self._max_sequences = (
             None
             if max_sequences_per_bin is None
-            else _validate.int_in_range(max_sequences_per_bin, "max_sequences_per_bin", 1)
+            else checks.int_in_range(max_sequences_per_bin, "max_sequences_per_bin", 1)
         )
 
     def __iter__(self) -> DatasetIterator[Any]:

@@ -25,7 +25,7 @@ import numpy as np
 from grain_dataset._element_spec import Path, map_with_path, path_name
 from grain_dataset._errors import WrongTypeError
 from grain_dataset._tree import stack
-from grain_index import _validate
+from grain_index import checks
 
 T = TypeVar("T")
 
@@ -85,7 +85,7 @@ def batch_and_pad(
         is < 1, or `mask_key` is already a key of the elements.
       TypeError: `mask_key` is set but the elements are not dicts.
     """
-    batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
+    batch_size = checks.int_in_range(batch_size, "batch_size", 1)
     if not isinstance(values, Iterable):
         raise WrongTypeError(
             f"batch_and_pad: `values` must be a list of elements, got {type(values).__name__}."

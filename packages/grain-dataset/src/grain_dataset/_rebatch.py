@@ -27,7 +27,7 @@ import numpy as np
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
 from grain_dataset._element_spec import Path, map_with_path, path_name
 from grain_dataset._state import check_state
-from grain_index import _validate
+from grain_index import checks
 
 
 def _structure(tree: Any) -> Any:
@@ -119,7 +119,7 @@ class RebatchIterDataset(IterDataset[Any]):
                 f"got {type(parent).__name__}."
             )
         super().__init__(parent)
-        self._batch_size = _validate.int_in_range(batch_size, "batch_size", 1)
+        self._batch_size = checks.int_in_range(batch_size, "batch_size", 1)
         if not isinstance(drop_remainder, bool):
             raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
         self._drop_remainder = drop_remainder

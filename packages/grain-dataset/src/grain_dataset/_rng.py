@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from grain_index import _validate, derive_seed
+from grain_index import checks, derive_seed
 
 _MASK64 = (1 << 64) - 1
 _local = threading.local()
@@ -56,14 +56,14 @@ class RngPool:
     """
 
     def __init__(self, seed: int):
-        self._seed = _validate.seed(seed)
+        self._seed = checks.seed(seed)
         self._free: list[np.random.Generator] = []
         self._lock = threading.Lock()
 
     def acquire_rng(self, index: int, *, op_seed: int = 0) -> np.random.Generator:
         """A generator for element `index` (>= 0) of the operation seeded `op_seed`."""
-        index = _validate.int_in_range(index, "index", 0)
-        op_seed = _validate.int_in_range(op_seed, "op_seed", 0)
+        index = checks.int_in_range(index, "index", 0)
+        op_seed = checks.int_in_range(op_seed, "op_seed", 0)
         with self._lock:
             generator = self._free.pop() if self._free else None
         if generator is None:

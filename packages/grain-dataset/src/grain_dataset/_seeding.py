@@ -14,14 +14,14 @@ import numpy as np
 
 from grain_dataset._base import IterDataset, register
 from grain_dataset._stage import MapStage
-from grain_index import _validate, derive_seed
+from grain_index import checks, derive_seed
 
 SEED_LIMIT = 1 << 32
 
 
 def explicit_seed(seed: Any, name: str = "seed") -> int:
     """Checks a user's per-stage seed: an integer in [0, 2**32)."""
-    return _validate.int_in_range(seed, name, 0, SEED_LIMIT)
+    return checks.int_in_range(seed, name, 0, SEED_LIMIT)
 
 
 def stage_seed(stage: Any, seed: Any, what: str) -> int:
@@ -46,7 +46,7 @@ class SeedMapDataset(MapStage):
 
     def __init__(self, parent: Any, seed: int):
         super().__init__(parent)
-        self._seed = _validate.seed(seed)
+        self._seed = checks.seed(seed)
         self._seed_base = derive_seed(self._seed, "ds.seed")
         self._parent = parent
 
@@ -77,7 +77,7 @@ class SeedIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], seed: int):
         super().__init__(parent)
-        self._seed = _validate.seed(seed)
+        self._seed = checks.seed(seed)
         self._seed_base = derive_seed(self._seed, "ds.seed")
 
     def __iter__(self) -> Any:

@@ -21,7 +21,7 @@ from grain_dataset._base import INFINITE, MapDataset, register
 from grain_dataset._errors import WrongTypeError
 from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
-from grain_index import _validate
+from grain_index import checks
 
 
 @register("slice")
@@ -49,7 +49,7 @@ class SliceMapDataset(MapStage):
         for name in ("start", "stop", "step"):
             value = getattr(sl, name)
             if value is not None:
-                _validate.as_int(value, f"slice {name}")
+                checks.as_int(value, f"slice {name}")
         self._range = builtins.range(self._parent_length)[sl]
 
     def __len__(self) -> int:
@@ -135,7 +135,7 @@ class RepeatMapDataset(MapStage):
                 "remove one of the .repeat() calls."
             )
         if num_epochs is not None:
-            num_epochs = _validate.int_in_range(num_epochs, "num_epochs", 1)
+            num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
         if length == 0:
             self._length = 0  # any number of epochs of nothing, as in Grain
         elif num_epochs is None:

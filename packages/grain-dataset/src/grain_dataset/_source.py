@@ -11,7 +11,7 @@ import numpy as np
 from grain_dataset._base import register
 from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of
-from grain_index import _validate
+from grain_index import checks
 from grain_sources import ArrayDataSource
 
 
@@ -41,7 +41,7 @@ class SourceMapDataset(MapStage):
                 f"list or a grain.sources.RandomAccessDataSource; got {type(source).__name__}."
             )
         self._source = source
-        self._length = _validate.int_in_range(len(source), "len(source)", 0)
+        self._length = checks.int_in_range(len(source), "len(source)", 0)
         self._batched = callable(getattr(source, "__getitems__", None))
         # What reads many records stacked (grain_dataset._gather): an array of numbers or
         # strings (as an ArrayDataSource over it, no copy), or a source with `gather`.
@@ -93,11 +93,11 @@ class RangeMapDataset(MapStage):
 
     def __init__(self, start: int, stop: int | None = None, step: int = 1):
         super().__init__()
-        start = _validate.as_int(start, "start")
+        start = checks.as_int(start, "start")
         if stop is None:
             start, stop = 0, start
-        stop = _validate.as_int(stop, "stop")
-        step = _validate.as_int(step, "step")
+        stop = checks.as_int(stop, "stop")
+        step = checks.as_int(step, "step")
         if step == 0:
             raise ValueError("`step` of MapDataset.range must not be 0.")
         self._range = builtins.range(start, stop, step)

@@ -56,7 +56,7 @@ from typing import Any, TypeVar
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._next_index import get_next_index, set_parent_next_index
-from grain_index import _validate
+from grain_index import checks
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
     def __init__(self, parent: IterDataset[T], *, prefetch_buffer_size: int):
         # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
         super().__init__(as_iter_dataset(parent, "parent", "ThreadPrefetchIterDataset"))
-        self._buffer_size = _validate.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
+        self._buffer_size = checks.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
 
     @property
     def prefetch_buffer_size(self) -> int:
@@ -210,7 +210,7 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
                 f"(iter(dataset)), got {type(parent).__name__}; for a dataset use "
                 "grain.experimental.ThreadPrefetchIterDataset."
             )
-        buffer_size = _validate.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
+        buffer_size = checks.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
         super().__init__(parent)
         self._dataset = dataset
         self._parent = parent

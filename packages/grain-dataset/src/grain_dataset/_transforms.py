@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from grain_index import _validate
+from grain_index import checks
 
 
 class MapTransform(abc.ABC):
@@ -105,7 +105,7 @@ class Batch:
     batch_fn: Callable[[Sequence[Any]], Any] | None = None
 
     def __post_init__(self) -> None:
-        _validate.int_in_range(self.batch_size, "batch_size", 1)
+        checks.int_in_range(self.batch_size, "batch_size", 1)
         if self.batch_fn is not None and not callable(self.batch_fn):
             raise TypeError(f"`batch_fn` must be callable or None, got {self.batch_fn!r}.")
 
@@ -200,7 +200,7 @@ def flat_map_function(transform: Any) -> tuple[Callable[[Any], Sequence[Any]], i
         raise TypeError(
             f"`transform` must be a FlatMapTransform with `max_fan_out`, got {transform!r}."
         )
-    fan_out = _validate.int_in_range(
+    fan_out = checks.int_in_range(
         getattr(transform, "max_fan_out", None), "transform.max_fan_out", 1
     )
     return transform.flat_map, fan_out

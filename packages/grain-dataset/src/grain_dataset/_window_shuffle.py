@@ -35,8 +35,7 @@ from grain_dataset._fingerprint import seed_param, token
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_dataset._state import check_state
-from grain_index import _validate
-from grain_index._window import window_shuffle, window_shuffle_array
+from grain_index import checks, window_shuffle, window_shuffle_array
 
 _UINT64 = 1 << 64
 
@@ -74,7 +73,7 @@ class WindowShuffleMapDataset(MapStage):
                 f"{type(parent).__name__}; use WindowShuffleIterDataset for an IterDataset."
             )
         self._parent = parent
-        self._window_size = _validate.int_in_range(window_size, "window_size", 1)
+        self._window_size = checks.int_in_range(window_size, "window_size", 1)
         self._seed = stage_seed(self, seed, "window_shuffle")
         self._length = len(parent)
 
@@ -136,7 +135,7 @@ class WindowShuffleIterDataset(IterDataset[Any]):
 
     def __init__(self, parent: IterDataset[Any], *, window_size: int, seed: int | None = None):
         super().__init__(as_iter_dataset(parent, "parent"))
-        self._window_size = _validate.int_in_range(window_size, "window_size", 1)
+        self._window_size = checks.int_in_range(window_size, "window_size", 1)
         self._seed = stage_seed(self, seed, "window_shuffle")
 
     def _window_order(self, window: int, size: int) -> list[int]:

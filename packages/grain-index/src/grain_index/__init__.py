@@ -10,6 +10,7 @@ on integer positions, decided before any record is read:
   _sampler   RecordMetadata, IndexSampler, SequentialSampler
   _mixing    the weighted mixing schedule with O(1) lookups
   _window    the window shuffle: a keyed permutation within each window
+  checks     the argument checks, public for the packages built on this one
 """
 
 from grain_index._mixing import MAX_PERIOD as MAX_PERIOD

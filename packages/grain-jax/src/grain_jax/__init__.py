@@ -1,8 +1,10 @@
 """grain_jax: JAX integration: device prefetch, Orbax checkpoints, multi-host.
 
-Layout: the top library layer, above grain_dataset and grain_mp. Importing it
-loads neither jax nor orbax (a data pipeline without them stays light): each
-public name resolves on first use from its private module.
+Layout: the top library layer. It builds on grain_dataset (its public names
+and `grain_dataset.extension`) and grain_index; it sits above grain_mp but
+does not use it. Importing it loads neither jax nor orbax (a data pipeline
+without them stays light): each public name resolves on first use from its
+private module.
 
   _device_put   device_put: batches transferred to devices ahead of the step
   _checkpoint   CheckpointHandler / CheckpointSave / CheckpointRestore for Orbax

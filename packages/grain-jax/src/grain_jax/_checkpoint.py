@@ -35,7 +35,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from grain_dataset._state_file import read_state_into, state_to_text, write_state
+from grain_dataset.extension import read_state_into, state_to_text, write_state
 
 
 def _process() -> tuple[int, int]:

@@ -53,8 +53,12 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
-from grain_dataset._thread_prefetch import ThreadPrefetchDatasetIterator
+from grain_dataset import (
+    DatasetIterator,
+    IterDataset,
+    MapDataset,
+    ThreadPrefetchDatasetIterator,
+)
 
 if TYPE_CHECKING:
     import jax

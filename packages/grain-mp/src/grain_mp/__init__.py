@@ -11,6 +11,10 @@ and `_operations` build the DataLoader on the Dataset API, `_tail` runs its
 parent-side operations, `_loader_state` is its checkpoint format, `_record_ops`
 and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
 `_multithread` is mp_prefetch's slicing and round robin with threads.
+
+`mp_prefetch` is what `IterDataset.mp_prefetch` calls (grain_dataset imports it
+lazily, by this public name); `sweep_dead_segments` reclaims the shared memory
+of killed runs, as the out-of-room error suggests.
 """
 
 from grain_mp._autotune import PerformanceConfig as PerformanceConfig
@@ -23,6 +27,7 @@ from grain_mp._multithread import multithread_prefetch as multithread_prefetch
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp._pack_op import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
+from grain_mp._prefetch import mp_prefetch as mp_prefetch
 from grain_mp._record_ops import BatchOperation as BatchOperation
 from grain_mp._record_ops import FilterOperation as FilterOperation
 from grain_mp._record_ops import MapOperation as MapOperation
@@ -30,6 +35,7 @@ from grain_mp._record_ops import Operation as Operation
 from grain_mp._record_ops import RandomMapOperation as RandomMapOperation
 from grain_mp._shm_array import SharedMemoryArray as SharedMemoryArray
 from grain_mp._shm_array import SharedMemoryArrayMetadata as SharedMemoryArrayMetadata
+from grain_mp._sweep import sweep_dead_segments as sweep_dead_segments
 
 __all__ = [
     "BatchOperation",
@@ -47,6 +53,8 @@ __all__ = [
     "SharedMemoryArray",
     "SharedMemoryArrayMetadata",
     "load",
+    "mp_prefetch",
     "multithread_prefetch",
     "pick_performance_config",
+    "sweep_dead_segments",
 ]

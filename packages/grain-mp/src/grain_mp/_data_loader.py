@@ -42,10 +42,15 @@ from typing import Any
 import numpy as np
 
 from grain_dataset import ReadOptions
-from grain_dataset._base import INFINITE
-from grain_dataset._errors import WrongTypeError
-from grain_dataset._guard import add_lock, closed_error, serialized
-from grain_dataset._state_file import load_coroutine, save_coroutine
+from grain_dataset.extension import (
+    INFINITE,
+    WrongTypeError,
+    add_lock,
+    closed_error,
+    load_coroutine,
+    save_coroutine,
+    serialized,
+)
 from grain_index import NoSharding, RecordMetadata, ShardOptions
 from grain_mp._loader_state import (
     decode_state,

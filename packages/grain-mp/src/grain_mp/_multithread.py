@@ -32,8 +32,7 @@ import threading
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset._guard import POLL_S, closed_error
-from grain_dataset._prefetch import set_worker_slice
+from grain_dataset.extension import POLL_S, closed_error, set_worker_slice
 from grain_mp._round_robin import RoundRobinIterator
 
 _ELEMENT, _END, _ERROR = "element", "end", "error"

@@ -53,7 +53,7 @@ from grain_dataset import (
     RandomMapTransform,
     stack,
 )
-from grain_dataset._stage import MapStage
+from grain_dataset.extension import MapStage
 from grain_index import Record, RecordMetadata
 from grain_mp._record_ops import (
     BatchOperation,

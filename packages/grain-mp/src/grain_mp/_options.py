@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from grain_index import _validate
+from grain_index import checks
 
 
 @dataclasses.dataclass
@@ -33,9 +33,9 @@ class MultiprocessingOptions:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "num_workers":
-            _validate.int_in_range(value, "MultiprocessingOptions.num_workers", 0)
+            checks.int_in_range(value, "MultiprocessingOptions.num_workers", 0)
         elif name == "per_worker_buffer_size":
-            _validate.int_in_range(value, "MultiprocessingOptions.per_worker_buffer_size", 1)
+            checks.int_in_range(value, "MultiprocessingOptions.per_worker_buffer_size", 1)
         elif name == "enable_profiling" and not isinstance(value, bool):
             raise TypeError(
                 f"`MultiprocessingOptions.enable_profiling` must be a bool, got {value!r}."

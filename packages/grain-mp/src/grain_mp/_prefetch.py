@@ -69,7 +69,7 @@ from multiprocessing import connection, resource_tracker
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset._prefetch import set_worker_slice
+from grain_dataset.extension import set_worker_slice
 from grain_mp import _start
 from grain_mp._ending import end_processes
 from grain_mp._options import MultiprocessingOptions
@@ -130,11 +130,16 @@ _GROUP_S = 0.0005
 
 def mp_prefetch(
     parent: IterDataset[Any],
-    options: MultiprocessingOptions | None,
-    worker_init_fn: Any,
+    options: MultiprocessingOptions | None = None,
+    worker_init_fn: Any = None,
     sequential_slice: bool = False,
 ) -> IterDataset[Any]:
-    """The builder behind `IterDataset.mp_prefetch` (registered by grain_dataset's hook)."""
+    """`parent.mp_prefetch(options, worker_init_fn, sequential_slice)`, as a function.
+
+    The builder behind `IterDataset.mp_prefetch`: grain_dataset's hook imports
+    it lazily as `grain_mp.mp_prefetch`, since the dataset layer may not import
+    this one at import time.
+    """
     if options is None:
         options = MultiprocessingOptions(num_workers=10)
     if not isinstance(options, MultiprocessingOptions):

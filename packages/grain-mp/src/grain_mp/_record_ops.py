@@ -37,7 +37,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from grain_dataset import stack
-from grain_dataset._errors import WrongTypeError
+from grain_dataset.extension import WrongTypeError
 from grain_index import Record
 
 _IN = TypeVar("_IN")

@@ -22,8 +22,7 @@ import sys
 from typing import Any
 
 from grain_dataset import DatasetIterator, unstamped
-from grain_dataset._guard import closed_error
-from grain_dataset._state import check_state
+from grain_dataset.extension import check_state, closed_error
 
 
 def round_robin_state(next_worker: int, states: list[Any], sequential: bool) -> dict[str, Any]:

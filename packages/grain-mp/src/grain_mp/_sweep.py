@@ -296,7 +296,7 @@ def _no_room(error: OSError, size: int, name: str) -> OSError:
             error.errno,
             f"{needed}{SHM_DIR} is full. Enlarge it (e.g. docker run --shm-size=8g), "
             f"use fewer workers or smaller prefetch buffers, or remove stale "
-            f"segments with grain_mp._sweep.sweep_dead_segments().",
+            f"segments with grain_mp.sweep_dead_segments().",
         )
     if error.errno == errno.EFBIG:
         import resource
@@ -330,7 +330,7 @@ def create_unique_segment(size: int, owner_pid: int | None = None) -> tuple[str,
     raise FileExistsError(
         f"Could not find a free shared memory name after {_CREATE_ATTEMPTS} attempts "
         f"(last: {name!r}). Remove stale segments with "
-        f"grain_mp._sweep.sweep_dead_segments()."
+        f"grain_mp.sweep_dead_segments()."
     )
 
 

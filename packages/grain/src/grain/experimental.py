@@ -47,8 +47,8 @@ from grain_dataset import get_next_index as get_next_index
 from grain_dataset import set_next_index as set_next_index
 from grain_dataset import without_fingerprint as without_fingerprint
 from grain_index import index_shuffle as index_shuffle
-from grain_jax._device_put import device_put as device_put
-from grain_jax._sharding import make_global_batch as make_global_batch
+from grain_jax import device_put as device_put
+from grain_jax import make_global_batch as make_global_batch
 from grain_mp import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp import PerformanceConfig as PerformanceConfig
 from grain_mp import multithread_prefetch as multithread_prefetch

@@ -37,7 +37,7 @@ from grain_index.constants import META_FEATURES as META_FEATURES
 from grain_index.constants import RECORD as RECORD
 from grain_index.constants import RECORD_KEY as RECORD_KEY
 from grain_index.constants import SEED as SEED
-from grain_jax._sharding import ShardByJaxProcess as ShardByJaxProcess
+from grain_jax import ShardByJaxProcess as ShardByJaxProcess
 from grain_mp import BatchOperation as BatchOperation
 from grain_mp import DataLoader as DataLoader
 from grain_mp import FilterOperation as FilterOperation

@@ -1,0 +1,81 @@
+"""grain_dataset.extension: what the packages built on grain_dataset use from it.
+
+A pipeline's users need only `grain_dataset` (or `grain`). The packages above
+it, grain-mp (worker processes, the DataLoader) and grain-jax (device
+prefetch, Orbax checkpoints), build new stages and iterators that must behave
+like the built-in ones; these are the pieces of the dataset layer they share:
+
+  stages       MapStage, the base of the built-in MapDataset stages: a stage
+               writes ``_getitem(index)`` for one index >= 0 and gets
+               `__getitem__` (negative indices, slices, checks) from it;
+               `register(name)` attaches a builder to a base-class method (as
+               `IterDataset.mp_prefetch` is attached); INFINITE, the length of
+               an infinite MapDataset.
+  states       check_state / check_parents_state: a state that is not the one
+               the stage saved fails loudly (WrongTypeError, OutOfRangeError
+               are the errors of these checks and of the stages' arguments).
+  the guard    an iterator that its user may call from two threads takes a
+               lock around its methods: `serialized` wraps a method,
+               `add_lock` gives the iterator the lock; `closed_error` is the
+               error of next() on a closed iterator; `interrupt` stops a
+               pipeline's threads and workers while another thread waits in
+               it; a wait polls every POLL_S seconds, and close() waits at most
+               CLOSE_TIMEOUT_S for a call still running (see `_guard`'s design
+               note for the whole contract).
+  workers      set_worker_slice: makes every `to_iter_dataset` of this process
+               (or thread) read its worker's slice of the positions.
+  state files  the checkpoint files (one JSON file per process, with a format
+               marker): state_to_text, write_state, read_state_into, and the
+               Orbax-shaped save_coroutine / load_coroutine. grain-jax's
+               CheckpointHandler and `DatasetIterator.save/load` share them, so
+               a checkpoint written by one is read by the other.
+
+Stability: a semi-public extension surface, not part of Grain's API. Its names
+and signatures change only in a new minor version of grain-dataset, said in its
+changelog, and the packages that use it pin grain-dataset to a compatible
+version. Everything else in grain_dataset's ``_private`` modules may change in
+any release: another package imports it from here, never from there (a test,
+packages/grain/tests/test_layering.py, enforces it).
+"""
+
+from grain_dataset._base import INFINITE as INFINITE
+from grain_dataset._base import register as register
+from grain_dataset._errors import OutOfRangeError as OutOfRangeError
+from grain_dataset._errors import WrongTypeError as WrongTypeError
+from grain_dataset._guard import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
+from grain_dataset._guard import POLL_S as POLL_S
+from grain_dataset._guard import add_lock as add_lock
+from grain_dataset._guard import closed_error as closed_error
+from grain_dataset._guard import interrupt as interrupt
+from grain_dataset._guard import serialized as serialized
+from grain_dataset._prefetch import set_worker_slice as set_worker_slice
+from grain_dataset._stage import MapStage as MapStage
+from grain_dataset._state import check_parents_state as check_parents_state
+from grain_dataset._state import check_state as check_state
+from grain_dataset._state_file import load_coroutine as load_coroutine
+from grain_dataset._state_file import read_state_into as read_state_into
+from grain_dataset._state_file import save_coroutine as save_coroutine
+from grain_dataset._state_file import state_to_text as state_to_text
+from grain_dataset._state_file import write_state as write_state
+
+__all__ = [
+    "CLOSE_TIMEOUT_S",
+    "INFINITE",
+    "POLL_S",
+    "MapStage",
+    "OutOfRangeError",
+    "WrongTypeError",
+    "add_lock",
+    "check_parents_state",
+    "check_state",
+    "closed_error",
+    "interrupt",
+    "load_coroutine",
+    "read_state_into",
+    "register",
+    "save_coroutine",
+    "serialized",
+    "set_worker_slice",
+    "state_to_text",
+    "write_state",
+]
