@@ -28,11 +28,13 @@ import numpy as np
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
 from grain_dataset._guard import guard, unguard
+from grain_dataset._worker_slice import creating_slice
 from grain_index import checks, derive_seed
 
 if TYPE_CHECKING:
     from grain_dataset._options import DatasetOptions, ReadOptions
     from grain_dataset._transforms import DatasetSelectionMap
+    from grain_dataset._worker_slice import WorkerSlice
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -532,12 +534,23 @@ def _remembering(own: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 class _IteratorContext:
-    """What all iterators of one pipeline share: its DatasetOptions."""
+    """What all iterators of one pipeline share: its DatasetOptions and worker slice.
 
-    __slots__ = ("dataset_options",)
+    `worker_slice` is the share of the positions that the pipeline's
+    `to_iter_dataset` iterators read in a worker, None outside one (see
+    grain_dataset._worker_slice): an iterator takes the slice of the
+    `iter_worker_slice` call that creates it, if any.
+    """
 
-    def __init__(self, dataset_options: DatasetOptions | None = None):
+    __slots__ = ("dataset_options", "worker_slice")
+
+    def __init__(
+        self,
+        dataset_options: DatasetOptions | None = None,
+        worker_slice: WorkerSlice | None = None,
+    ):
         self.dataset_options = dataset_options
+        self.worker_slice = worker_slice
 
 
 class DatasetIterator(Iterator[T], abc.ABC):
@@ -579,7 +592,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
     def __init__(self, parents: Any = ()):
         self._parents = _as_parents(parents)
-        self._ctx = _IteratorContext()
+        self._ctx = _IteratorContext(worker_slice=creating_slice())
         for parent in self._parents:
             if not isinstance(parent, DatasetIterator):
                 raise TypeError(
@@ -690,7 +703,7 @@ def _record_stats(iterator: DatasetIterator[Any]) -> None:
 
 
 def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
-    """Makes `iterator` and its ancestors share `ctx`, merging their options into it."""
+    """Makes `iterator` and its ancestors share `ctx`, merging their options (and slice) into it."""
     if "_parents" not in iterator.__dict__:
         raise _missing_attribute(iterator, "_parents")
     unguard(iterator)  # a parent is called by its child only, from one thread at a time
@@ -703,6 +716,9 @@ def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
             if ctx.dataset_options is None
             else ctx.dataset_options.merge(own.dataset_options)
         )
+    if ctx.worker_slice is None and own is not None:
+        # A wrapper built around a worker's iterator is part of that worker's pipeline.
+        ctx.worker_slice = own.worker_slice
     iterator.__dict__["_ctx"] = ctx
     for parent in iterator.__dict__["_parents"]:
         _adopt(ctx, parent)

@@ -69,6 +69,7 @@ from grain_dataset._daemon_pool import DaemonPool
 from grain_dataset._fingerprint import token, unstamped
 from grain_dataset._state import check_state
 from grain_dataset._thread_prefetch import ThreadPrefetchDatasetIterator
+from grain_dataset._worker_slice import WorkerSlice, iter_with_slice
 from grain_index import checks
 
 T = TypeVar("T")
@@ -226,12 +227,19 @@ class _ReiterableIterator(DatasetIterator[Any]):
 
 
 def _open(
-    datasets: Any, index: int, iter_buffer_size: int, state: Any, stage: str
+    datasets: Any,
+    index: int,
+    iter_buffer_size: int,
+    state: Any,
+    stage: str,
+    worker_slice: WorkerSlice | None = None,
 ) -> DatasetIterator[Any]:
     """An iterator over dataset `index`, at `state` if given, reading ahead if asked.
 
     Runs in an opening thread: it holds only the datasets, never the interleave
-    iterator.
+    iterator. In a worker, the dataset is part of the worker's pipeline: its
+    iterator reads `worker_slice`, the interleave's (``datasets[index]`` runs
+    without it, being user code).
     """
     try:
         dataset = datasets[index]
@@ -241,7 +249,7 @@ def _open(
         if problem:
             raise TypeError(f"dataset {index} of {stage} {problem}")
         if isinstance(dataset, MapDataset | IterDataset):
-            iterator = iter(dataset)
+            iterator = iter_with_slice(dataset, worker_slice)
             if not isinstance(iterator, DatasetIterator):
                 iterator = _ReiterableIterator(dataset, index)
             # Its state is part of the interleave's, whose fingerprint covers the pipeline.
@@ -337,7 +345,13 @@ class _InterleaveIterator(DatasetIterator[Any]):
     def _opener(self, index: int, state: Any = None) -> Callable[[], DatasetIterator[Any]]:
         dataset = self._dataset
         return functools.partial(
-            _open, dataset._datasets, index, dataset._iter_buffer_size, state, self._stage
+            _open,
+            dataset._datasets,
+            index,
+            dataset._iter_buffer_size,
+            state,
+            self._stage,
+            self._ctx.worker_slice,
         )
 
     def _open_async(self, index: int, state: Any = None) -> Future | None:

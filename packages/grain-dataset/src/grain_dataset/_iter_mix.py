@@ -32,6 +32,7 @@ from grain_dataset._base import (
 from grain_dataset._combine import mix_weights
 from grain_dataset._fingerprint import component_hash, logger, unstamped
 from grain_dataset._state import check_parents_state, check_state
+from grain_dataset._worker_slice import iter_with_slice
 from grain_index import MixingSchedule
 
 
@@ -163,7 +164,8 @@ class _MixedIterator(DatasetIterator[Any]):
             )
             if match is None:
                 fresh.append(index)
-                iterator = unstamped(iter(self._dataset._parents[index]))
+                parent = self._dataset._parents[index]
+                iterator = unstamped(iter_with_slice(parent, self._ctx.worker_slice))
                 states.append(iterator.get_state())
                 iterator.close()
             else:

@@ -14,10 +14,13 @@ How many chunks run at once (up to `num_threads`) is tuned while reading
 (`_WidthTuner`): waiting elements (I/O) get many threads, pure-Python
 elements, which only queue on the GIL, get few.
 
-In an mp_prefetch worker (`set_worker_slice`), the iterator reads only the
-worker's share of the positions, ``source[index::count]``, or with
-`sequential` the index-th of `count` contiguous slices (sizes differing by at
-most one, the larger first). A thread may set its own slice (multithread_prefetch).
+In a worker's pipeline (mp_prefetch, multithread_prefetch: the iterator was
+created by `iter_worker_slice`, or by a stage of such a pipeline), the iterator
+reads only the worker's share of the positions, ``source[index::count]``, or
+with `sequential` the index-th of `count` contiguous slices (sizes differing by
+at most one, the larger first); it finds the slice in its iterator context
+(see grain_dataset._worker_slice). Other pipelines of the same process or
+thread read everything.
 
 State: ``{"next_index": i}``, the position after the last element returned.
 Read-ahead never shows in it, so a state means the same thing whatever the
@@ -40,7 +43,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import threading
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -54,6 +56,7 @@ from grain_dataset._filter_check import FilterRatioCheck, options_of
 from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._options import ReadOptions
 from grain_dataset._state import check_state
+from grain_dataset._worker_slice import slice_positions
 
 _TARGET_CHUNK_S = 0.005
 # The first chunk is one element, so the first element costs one element (a batch of
@@ -72,42 +75,6 @@ _MAX_CHUNK_WALL_S = 0.01
 _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.01
 _TUNE_PAUSE_WINDOWS = 32
-
-
-# (worker index, worker count, sequential) inside an mp_prefetch worker process, else
-# None; a thread's own slice, if it set one, takes precedence.
-_worker_slice: tuple[int, int, bool] | None = None
-_thread_slice = threading.local()
-
-
-def set_worker_slice(
-    index: int, count: int, sequential: bool = False, *, this_thread: bool = False
-) -> None:
-    """Makes every `to_iter_dataset` of this process read positions index, index+count, ...
-
-    grain-mp calls it first thing in each worker process: the slicing happens
-    right before `to_iter_dataset`, after all MapDataset transformations, as
-    `IterDataset.mp_prefetch` documents. With `sequential`, the index-th of
-    `count` contiguous slices instead. With `this_thread`, only for iterators
-    created in the calling thread.
-    """
-    global _worker_slice
-    if this_thread:
-        _thread_slice.value = (index, count, sequential)
-    else:
-        _worker_slice = (index, count, sequential)
-
-
-def _sliced(source: MapDataset[Any]) -> MapDataset[Any]:
-    worker_slice = getattr(_thread_slice, "value", None) or _worker_slice
-    if worker_slice is None:
-        return source
-    index, count, sequential = worker_slice
-    if not sequential:
-        return source[index::count]
-    size, extra = divmod(len(source), count)
-    start = index * size + min(index, extra)
-    return source[start : start + size + (index < extra)]
 
 
 @register("to_iter_dataset")
@@ -302,8 +269,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def __init__(self, dataset: PrefetchIterDataset):
         super().__init__()
         self._dataset = dataset
-        # In an mp_prefetch worker (or prefetch thread): only its share of the positions.
-        self._source: MapDataset[Any] = _sliced(dataset._parents[0])
+        # In a worker's pipeline: only the worker's share of the positions.
+        self._source: MapDataset[Any] = slice_positions(dataset._parents[0], self._ctx.worker_slice)
         self._length = len(self._source)
         # A chunk of one element may be read with `_getitem`, unless a source promises
         # to be asked for records in batches (`__getitems__`).

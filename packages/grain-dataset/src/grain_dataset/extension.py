@@ -22,8 +22,11 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                it; a wait polls every POLL_S seconds, and close() waits at most
                CLOSE_TIMEOUT_S for a call still running (see `_guard`'s design
                note for the whole contract).
-  workers      set_worker_slice: makes every `to_iter_dataset` of this process
-               (or thread) read its worker's slice of the positions.
+  workers      iter_worker_slice(dataset, index, count, sequential): the
+               iterator of a worker's pipeline, whose `to_iter_dataset`
+               stages (those it creates later included) read the worker's
+               slice of the positions; other pipelines of the process read
+               everything.
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
                Orbax-shaped save_coroutine / load_coroutine. grain-jax's
@@ -48,7 +51,6 @@ from grain_dataset._guard import add_lock as add_lock
 from grain_dataset._guard import closed_error as closed_error
 from grain_dataset._guard import interrupt as interrupt
 from grain_dataset._guard import serialized as serialized
-from grain_dataset._prefetch import set_worker_slice as set_worker_slice
 from grain_dataset._stage import MapStage as MapStage
 from grain_dataset._state import check_parents_state as check_parents_state
 from grain_dataset._state import check_state as check_state
@@ -57,6 +59,7 @@ from grain_dataset._state_file import read_state_into as read_state_into
 from grain_dataset._state_file import save_coroutine as save_coroutine
 from grain_dataset._state_file import state_to_text as state_to_text
 from grain_dataset._state_file import write_state as write_state
+from grain_dataset._worker_slice import iter_worker_slice as iter_worker_slice
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -70,12 +73,12 @@ __all__ = [
     "check_state",
     "closed_error",
     "interrupt",
+    "iter_worker_slice",
     "load_coroutine",
     "read_state_into",
     "register",
     "save_coroutine",
     "serialized",
-    "set_worker_slice",
     "state_to_text",
     "write_state",
 ]

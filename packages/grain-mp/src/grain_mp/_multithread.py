@@ -3,8 +3,9 @@
 Model. Thread t of n iterates its own copy of the pipeline, whose
 `to_iter_dataset` reads only the t-th slice of the positions (strided
 ``t::n``, or with `sequential_slice` the t-th contiguous slice), exactly as
-worker t of ``mp_prefetch`` would: the thread sets its slice for the iterators
-it creates (`grain_dataset._prefetch.set_worker_slice(..., this_thread=True)`).
+worker t of ``mp_prefetch`` would: the thread creates its pipeline's iterator
+with `grain_dataset.extension.iter_worker_slice`, so the slice applies to that
+pipeline only (not to one a transformation builds and iterates).
 Each thread holds at most `buffer_size` finished elements (at least one) in
 its queue, each with its pipeline's state after producing it; the consumer
 takes one element from each thread in turn, skipping threads that have ended.
@@ -32,7 +33,7 @@ import threading
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset.extension import POLL_S, closed_error, set_worker_slice
+from grain_dataset.extension import POLL_S, closed_error, iter_worker_slice
 from grain_mp._round_robin import RoundRobinIterator
 
 _ELEMENT, _END, _ERROR = "element", "end", "error"
@@ -136,11 +137,11 @@ def _thread_main(
     state: Any,
     box: _Slice,
 ) -> None:
-    set_worker_slice(index, count, sequential, this_thread=True)
     iterator = None
     try:
         # The outer iterator's fingerprint covers its states.
-        iterator = box.iterator = unstamped(iter(dataset))
+        iterator = iter_worker_slice(dataset, index, count, sequential)
+        iterator = box.iterator = unstamped(iterator)
         if state is not None:
             iterator.set_state(state)
         while not box.stop.is_set():

@@ -2,7 +2,8 @@
 
 Model. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
 `to_iter_dataset` reading only positions w, w+n, w+2n, ... of its MapDataset
-(`grain_dataset._prefetch.set_worker_slice`), or with `sequential_slice` the
+(`grain_dataset.extension.iter_worker_slice`: only the worker's pipeline,
+never one that its transformations build and iterate), or with `sequential_slice` the
 w-th of n contiguous slices (sizes differing by at most one, larger first: 10
 positions over 3 workers are [0..3], [4..6], [7..9], as in Grain). The parent takes one element from
 each worker in turn (0, 1, ..., n-1, 0, ...), skipping workers that have ended,
@@ -69,7 +70,7 @@ from multiprocessing import connection, resource_tracker
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset.extension import set_worker_slice
+from grain_dataset.extension import iter_worker_slice
 from grain_mp import _start
 from grain_mp._ending import end_processes
 from grain_mp._options import MultiprocessingOptions
@@ -263,11 +264,11 @@ def _worker_main(
             dataset, worker_init_fn = pickle.loads(dataset)
         if worker_init_fn is not None:
             worker_init_fn(worker_index, worker_count)
-        set_worker_slice(worker_index, worker_count, sequential_slice)
-        # A thread's own slice, inherited through fork, must not win in this process.
-        set_worker_slice(worker_index, worker_count, sequential_slice, this_thread=True)
+        # The slice belongs to this pipeline only: one that the user's code builds
+        # and iterates inside the worker reads all of its data.
+        iterator = iter_worker_slice(dataset, worker_index, worker_count, sequential_slice)
         # Its states travel inside the mp_prefetch iterator's, whose fingerprint covers them.
-        iterator = unstamped(iter(dataset))
+        iterator = unstamped(iterator)
         # DatasetOptions(min_shm_size=...): given above mp_prefetch (the parent's) or
         # within the worker's own pipeline; smaller arrays travel by copy.
         own = iterator._ctx.dataset_options
