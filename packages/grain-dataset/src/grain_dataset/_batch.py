@@ -20,7 +20,7 @@ from grain_dataset._errors import note_stage
 from grain_dataset._fingerprint import token
 from grain_dataset._gather import split
 from grain_dataset._next_index import get_next_index, set_parent_next_index
-from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
+from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite, upstream
 from grain_dataset._tree import stack
 from grain_index import checks
 
@@ -45,13 +45,7 @@ def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
     Their batches would hold fewer elements than `batch_size` wherever a
     position is empty, so they are refused, as Grain does.
     """
-    pending: list[Any] = [parent]
-    seen: set[int] = set()
-    while pending:
-        ds = pending.pop()
-        if id(ds) in seen:
-            continue
-        seen.add(id(ds))
+    for ds in upstream(parent, within=MapDataset):
         stage = getattr(type(ds), "discards_elements", None)
         if stage is not None:
             raise ValueError(
@@ -59,7 +53,6 @@ def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
                 "so batches would hold fewer than `batch_size` elements. Batch before it, "
                 "or convert to an IterDataset first: ds.to_iter_dataset().batch(...)."
             )
-        pending.extend(p for p in getattr(ds, "_parents", ()) if isinstance(p, MapDataset))
 
 
 @register("map_batch")
@@ -93,10 +86,10 @@ class BatchMapDataset(MapStage):
     def __len__(self) -> int:
         return self._length
 
-    def _gathered(self, start: int, stop: int) -> Any:
-        """Parent elements [start, stop) read stacked, or NotImplemented."""
+    def _gathered(self, parent_indices: np.ndarray) -> Any:
+        """The parent's elements at `parent_indices` read stacked, or NotImplemented."""
         try:
-            return self._parent._gather(np.arange(start, stop, dtype=np.int64))
+            return self._parent._gather(parent_indices)
         except Exception as error:
             note_stage(error, self)
             raise
@@ -124,7 +117,7 @@ class BatchMapDataset(MapStage):
         if stop > INFINITE:  # past int64: far-away epochs, read one by one
             return self._combine([self._parent._getitem(i) for i in range(start, stop)])
         if self._gathers:
-            batch = self._gathered(start, stop)
+            batch = self._gathered(np.arange(start, stop, dtype=np.int64))
             if batch is not NotImplemented:
                 return batch
         return self._combine(self._parent._getitems(np.arange(start, stop, dtype=np.int64)))
@@ -156,11 +149,7 @@ class BatchMapDataset(MapStage):
         bounds = [0, *ends.tolist()]
         if self._gathers:
             # One read for all the batches, one index mapping per stage: then views.
-            try:
-                stacked = self._parent._gather(parent_indices)
-            except Exception as error:
-                note_stage(error, self)
-                raise
+            stacked = self._gathered(parent_indices)
             if stacked is not NotImplemented:
                 return split(stacked, bounds)
         values = self._parent._getitems(parent_indices)

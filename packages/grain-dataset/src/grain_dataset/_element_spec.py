@@ -79,6 +79,15 @@ def map_with_path(fn: Callable[[Path, Any], Any], tree: Any, path: Path = ()) ->
     return fn(path, tree)
 
 
+def structure_of(tree: Any) -> Any:
+    """A hashable description of a PyTree's containers (leaves are "*", None stays None)."""
+    if isinstance(tree, dict):
+        return (type(tree), tuple((key, structure_of(value)) for key, value in tree.items()))
+    if isinstance(tree, list | tuple):
+        return (type(tree), tuple(structure_of(value) for value in tree))
+    return None if tree is None else "*"
+
+
 def path_name(root: str, path: Path) -> str:
     """``root['image'][1]`` for the path ("image", 1): how errors name a leaf."""
     return root + "".join(f"[{key!r}]" for key in path)

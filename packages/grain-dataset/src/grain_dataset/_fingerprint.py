@@ -227,13 +227,14 @@ def verify(iterator: Any, state: Any) -> tuple[Any, bool]:
     if saved == fingerprint(dataset):  # the common case, from the cached tokens
         return state, False
     current = _tokens_and_stages(dataset)
-    difference = _first_difference(saved.split(_SEPARATOR), [text for text, _ in current])
+    saved_tokens = saved.split(_SEPARATOR)
+    difference = _first_difference(saved_tokens, [text for text, _ in current])
     if difference is None:
         return state, False
     if forced:
         logger.warning("restoring a state of a different pipeline (forced): %s", difference)
         return state, False
-    converted = _convert_batch(saved.split(_SEPARATOR), current, state)
+    converted = _convert_batch(saved_tokens, current, state)
     if converted is not None:
         return converted, False
     raise ValueError(

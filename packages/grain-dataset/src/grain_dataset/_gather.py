@@ -19,39 +19,28 @@ record.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any
 
 import numpy as np
 
-
-def _leaves(tree: Any, out: list[np.ndarray]) -> Any:
-    """The structure of `tree` with leaves numbered; None if a leaf is not an array."""
-    if isinstance(tree, dict):
-        keys = {key: _leaves(value, out) for key, value in tree.items()}
-        return None if any(value is None for value in keys.values()) else (dict, keys)
-    if isinstance(tree, tuple | list):
-        children = [_leaves(value, out) for value in tree]
-        return None if any(child is None for child in children) else (type(tree), children)
-    if not isinstance(tree, np.ndarray):
-        return None
-    out.append(tree)
-    return len(out) - 1
+from grain_dataset._element_spec import Path, map_with_path, structure_of
 
 
-def _rebuild(structure: Any, leaves: list[np.ndarray]) -> Any:
-    if isinstance(structure, int):
-        return leaves[structure]
-    kind, children = structure
-    if kind is dict:
-        return {key: _rebuild(value, leaves) for key, value in children.items()}
-    values = [_rebuild(value, leaves) for value in children]
-    if hasattr(kind, "_fields"):
-        return kind(*values)
-    return kind(values)
+def _arrays(tree: Any) -> list[np.ndarray] | None:
+    """The leaves of `tree` in order (None leaves stay out); None if one is not an array."""
+    leaves: list[Any] = []
+
+    def collect(_: Path, leaf: Any) -> Any:
+        leaves.append(leaf)
+        return leaf
+
+    map_with_path(collect, tree)
+    return leaves if all(isinstance(leaf, np.ndarray) for leaf in leaves) else None
 
 
-def _piece(leaf: np.ndarray, low: int, high: int) -> np.ndarray:
+def _piece(_: Path, leaf: np.ndarray, *, low: int, high: int) -> np.ndarray:
     piece = leaf[low:high]
     if piece.dtype.kind in "US" and piece.size:
         # Stacking strings gives the width of the longest one in the batch, not the chunk.
@@ -62,12 +51,10 @@ def _piece(leaf: np.ndarray, low: int, high: int) -> np.ndarray:
 
 def split(tree: Any, bounds: list[int]) -> list[Any]:
     """`tree` (stacked arrays) cut along the first axis at `bounds`: views, no copies."""
-    leaves: list[np.ndarray] = []
-    structure = _leaves(tree, leaves)
-    if structure is None:
+    if _arrays(tree) is None:
         raise TypeError(f"cannot split {type(tree).__name__}: its leaves must be arrays.")
     return [
-        _rebuild(structure, [_piece(leaf, low, high) for leaf in leaves])
+        map_with_path(functools.partial(_piece, low=low, high=high), tree)
         for low, high in itertools.pairwise(bounds)
     ]
 
@@ -78,22 +65,22 @@ def interleave(parts: list[tuple[np.ndarray, Any]], count: int) -> Any:
     NotImplemented when the parts' structures, dtypes or row shapes differ (the
     record-by-record path then decides what such a batch is).
     """
-    structure = None
-    columns: list[np.ndarray] | None = None
+    template: Any = None
+    structure: Any = None
+    columns: list[np.ndarray] = []
     for positions, part in parts:
-        leaves: list[np.ndarray] = []
-        shape = _leaves(part, leaves)
-        if shape is None:
+        leaves = _arrays(part)
+        if leaves is None:
             return NotImplemented
-        if columns is None:
-            structure = shape
+        if template is None:
+            template, structure = part, structure_of(part)
             columns = [np.empty((count, *leaf.shape[1:]), leaf.dtype) for leaf in leaves]
-        elif shape != structure or any(
+        elif structure_of(part) != structure or any(
             leaf.dtype != column.dtype or leaf.shape[1:] != column.shape[1:]
             for leaf, column in zip(leaves, columns, strict=True)
         ):
             return NotImplemented
         for leaf, column in zip(leaves, columns, strict=True):
             column[positions] = leaf
-    assert columns is not None
-    return _rebuild(structure, columns)
+    filled = iter(columns)
+    return map_with_path(lambda _, __: next(filled), template)

@@ -55,6 +55,7 @@ from grain_dataset._errors import OutOfRangeError
 from grain_dataset._filter_check import FilterRatioCheck, options_of
 from grain_dataset._guard import POLL_S, closed_error
 from grain_dataset._options import ReadOptions
+from grain_dataset._stage import upstream
 from grain_dataset._state import check_state
 from grain_dataset._worker_slice import slice_positions
 
@@ -113,16 +114,7 @@ class PrefetchIterDataset(IterDataset[Any]):
 
 def _reads_batched_source(dataset: MapDataset[Any]) -> bool:
     """Whether a source under `dataset` reads many records at once (`__getitems__`)."""
-    pending, seen = [dataset], set()
-    while pending:
-        stage = pending.pop()
-        if id(stage) in seen:
-            continue
-        seen.add(id(stage))
-        if stage.__dict__.get("_batched"):
-            return True
-        pending.extend(stage.__dict__.get("_parents", ()))
-    return False
+    return any(stage.__dict__.get("_batched") for stage in upstream(dataset, within=MapDataset))
 
 
 def _read_chunk(
@@ -386,8 +378,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def _next_chunk(self) -> bool:
         """Loads the next chunk into `_values`; False at the end of the epoch."""
         tuner = self._tuner
-        if tuner is not None and tuner.width == 0 and not self._pending:
-            # Width 0: read in this thread, as with num_threads=0, and time it for the tuner.
+        # No threads, or the tuner's width 0: read in this thread (after what is pending).
+        inline = tuner is None or (tuner.width == 0 and not self._pending)
+        if inline:
             if self._read_pos >= self._length:
                 return False
             start = self._read_pos
@@ -395,8 +388,10 @@ class _PrefetchIterator(DatasetIterator[Any]):
             values, error, cpu, wall = _read_chunk(self._source, start, stop, self._one_by_one)
             self.waited_s += wall
             self._read_pos = stop
-            tuner.record(stop - start, wall)
-        elif self._threads:
+            if tuner is not None:
+                tuner.record(stop - start, wall)
+        else:
+            assert tuner is not None
             self._submit()
             if not self._pending:
                 return False
@@ -409,16 +404,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
             values, error, cpu, wall = future.result()
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
-            self._tuner.record(stop - start, waited)  # type: ignore[union-attr] # threads
+            tuner.record(stop - start, waited)
             self._submit()
-        else:
-            if self._read_pos >= self._length:
-                return False
-            start = self._read_pos
-            stop = min(self._length, start + self._chunk)
-            values, error, cpu, wall = _read_chunk(self._source, start, stop, self._one_by_one)
-            self.waited_s += wall
-            self._read_pos = stop
         self.read_cpu_s += cpu
         if values:
             self._element_bytes = _element_bytes(values)

@@ -25,18 +25,9 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
-from grain_dataset._element_spec import Path, map_with_path, path_name
+from grain_dataset._element_spec import Path, map_with_path, path_name, structure_of
 from grain_dataset._state import check_state
 from grain_index import checks
-
-
-def _structure(tree: Any) -> Any:
-    """A hashable description of a PyTree's containers (leaves are "*")."""
-    if isinstance(tree, dict):
-        return (type(tree), tuple((key, _structure(value)) for key, value in tree.items()))
-    if isinstance(tree, list | tuple):
-        return (type(tree), tuple(_structure(value) for value in tree))
-    return None if tree is None else "*"
 
 
 class _ParentBatch:
@@ -82,7 +73,7 @@ class _ParentBatch:
         self.leaves = leaves
         self.paths = paths
         self.rows = leaves[0].shape[0]
-        self.structure = _structure(batch)
+        self.structure = structure_of(batch)
 
 
 class RebatchIterDataset(IterDataset[Any]):

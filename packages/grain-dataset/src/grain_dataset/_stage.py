@@ -9,6 +9,7 @@ or a vectorized shuffle asks its parent for many indices in one call.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,21 @@ class MapStage(MapDataset[Any]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._describe()})"
+
+
+def upstream(dataset: Any, within: type = object) -> Iterator[Any]:
+    """`dataset` and every stage it reads from, each once (pipelines may share stages).
+
+    Only parents that are instances of `within` are followed.
+    """
+    pending, seen = [dataset], set()
+    while pending:  # iterative: pipelines can be thousands of stages long
+        stage = pending.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        yield stage
+        pending.extend(p for p in getattr(stage, "_parents", ()) if isinstance(p, within))
 
 
 def fits_int64(indices: np.ndarray, length: int, parent_length: int) -> bool:
