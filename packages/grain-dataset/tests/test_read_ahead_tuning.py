@@ -6,7 +6,7 @@ this machine enters the test.
 
 import pytest
 
-from grain_dataset import _prefetch
+from grain_dataset import _read_ahead
 
 
 class FakeClock:
@@ -20,13 +20,13 @@ class FakeClock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = FakeClock()
-    monkeypatch.setattr(_prefetch.time, "perf_counter", fake)
+    monkeypatch.setattr(_read_ahead.time, "perf_counter", fake)
     return fake
 
 
 def run_window(tuner, clock, rate, starved):
     """Feeds one window of chunks read at `rate` positions/s; starved: the consumer waited."""
-    chunks = _prefetch._TUNE_CHUNKS
+    chunks = _read_ahead._TUNE_CHUNKS
     seconds = 0.05
     for _ in range(chunks):
         clock.now += seconds / chunks
@@ -35,7 +35,7 @@ def run_window(tuner, clock, rate, starved):
 
 
 def test_width_grows_while_more_width_reads_faster(clock):
-    tuner = _prefetch._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16)
     assert tuner.width == 1
     widths = []
     for _ in range(10):
@@ -49,7 +49,7 @@ def test_width_grows_while_more_width_reads_faster(clock):
 
 
 def test_width_goes_back_when_more_width_does_not_pay(clock):
-    tuner = _prefetch._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16)
     run_window(tuner, clock, 1000.0, starved=True)
     assert tuner.width == 0  # reading inline is tried first
     run_window(tuner, clock, 1000.0, starved=True)  # no faster: threads it is
@@ -58,7 +58,7 @@ def test_width_goes_back_when_more_width_does_not_pay(clock):
     assert tuner.width == 2  # trying more threads
     run_window(tuner, clock, 1050.0, starved=True)  # +5%: not worth it
     assert tuner.width == 1
-    for _ in range(_prefetch._TUNE_PAUSE_WINDOWS):
+    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS):
         run_window(tuner, clock, 1000.0, starved=True)
         assert tuner.width == 1  # paused before trying again (inline lost lately)
     run_window(tuner, clock, 1000.0, starved=True)
@@ -66,14 +66,14 @@ def test_width_goes_back_when_more_width_does_not_pay(clock):
 
 
 def test_width_stays_when_the_consumer_is_not_starved(clock):
-    tuner = _prefetch._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16)
     for _ in range(5):
         run_window(tuner, clock, 1000.0, starved=False)
     assert tuner.width == 1
 
 
 def test_width_never_exceeds_the_thread_count(clock):
-    tuner = _prefetch._WidthTuner(max_width=3)
+    tuner = _read_ahead._WidthTuner(max_width=3)
     for _ in range(10):
         run_window(tuner, clock, 1000.0 * tuner.width, starved=True)
         assert tuner.width <= 3
@@ -81,12 +81,12 @@ def test_width_never_exceeds_the_thread_count(clock):
 
 
 def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(clock):
-    tuner = _prefetch._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16)
     run_window(tuner, clock, 1000.0, starved=True)
     assert tuner.width == 0
     run_window(tuner, clock, 2000.0, starved=True)  # inline: twice as fast, kept
     assert tuner.width == 0
-    for _ in range(_prefetch._TUNE_PAUSE_WINDOWS):
+    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS):
         run_window(tuner, clock, 2000.0, starved=True)
         assert tuner.width == 0
     run_window(tuner, clock, 2000.0, starved=True)
@@ -96,7 +96,7 @@ def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(c
 
 
 def test_inline_is_tried_again_when_doubling_stops_paying(clock):
-    tuner = _prefetch._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16)
     widths = []
     for _ in range(12):  # threads pay up to 8 (inline reads like one thread)
         run_window(tuner, clock, 1000.0 * min(max(tuner.width, 1), 8), starved=True)
@@ -104,7 +104,7 @@ def test_inline_is_tried_again_when_doubling_stops_paying(clock):
     assert widths[0] == 0  # inline first, lost
     assert 16 in widths  # 16 tried, no faster than 8
     assert widths[-1] == 8
-    for _ in range(8 * _prefetch._TUNE_PAUSE_WINDOWS):
+    for _ in range(8 * _read_ahead._TUNE_PAUSE_WINDOWS):
         run_window(tuner, clock, 1000.0 * min(max(tuner.width, 1), 8), starved=True)
         widths.append(tuner.width)
     assert 0 in widths[12:]  # inline tried again once it was due, and lost again

@@ -6,11 +6,12 @@ transformation is a module of its own that registers itself with `_base` (or
 is constructed directly, as `grain.experimental` classes are), so importing
 this package attaches them all:
 
-  _source, _map, _shuffle, _slice, _batch, _combine, _seeding   MapDataset stages
+  _source, _map, _shuffle, _slice, _repeat, _batch, _combine    MapDataset stages
+  _seeding                                                      MapDataset.seed
   _window_shuffle, _zip, _flat_map, _cache                      more stages (both kinds)
-  _prefetch, _daemon_pool                                       to_iter_dataset's threads
+  _read_ahead, _daemon_pool                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
-  _limit_repeat, _rebatch, _file_iter, _interleave              more IterDataset stages
+  _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
   _packing, _concat_split                                       packing for sequence models
   _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
@@ -26,7 +27,8 @@ from grain_dataset import (  # noqa: F401 - each registers its transformations w
     _iter_mix,
     _map,
     _mp_hook,
-    _prefetch,
+    _read_ahead,
+    _repeat,
     _seeding,
     _shuffle,
     _slice,
@@ -58,8 +60,7 @@ from grain_dataset._fingerprint import without_fingerprint as without_fingerprin
 from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
-from grain_dataset._limit_repeat import LimitIterDataset as LimitIterDataset
-from grain_dataset._limit_repeat import RepeatIterDataset as RepeatIterDataset
+from grain_dataset._limit import LimitIterDataset as LimitIterDataset
 from grain_dataset._next_index import get_next_index as get_next_index
 from grain_dataset._next_index import set_next_index as set_next_index
 from grain_dataset._options import DatasetOptions as DatasetOptions
@@ -69,6 +70,7 @@ from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterData
 from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._pad import batch_and_pad as batch_and_pad
 from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
+from grain_dataset._repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._rng import RngPool as RngPool
 from grain_dataset._stats import PipelineStats as PipelineStats
 from grain_dataset._stats import StageStats as StageStats

@@ -1,11 +1,9 @@
-"""Slicing (the usual way to shard) and repeating a MapDataset.
+"""Slicing a MapDataset, the usual way to shard.
 
 A slice keeps the parent's epochs apart: index i of the slice, in epoch
 ``e = i // len(slice)``, reads parent index ``e * len(parent) + r[i % len(slice)]``
 where r is ``range(len(parent))[sl]`` (or, for a sequence of indices, that
-sequence). A repeat only changes the length, since indices past one epoch
-already mean later epochs; with ``reseed_each_epoch=False`` it maps every epoch
-back onto the first, so shuffles and random maps repeat too.
+sequence).
 """
 
 from __future__ import annotations
@@ -17,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import INFINITE, MapDataset, register
+from grain_dataset._base import MapDataset, register
 from grain_dataset._errors import WrongTypeError
 from grain_dataset._fingerprint import token
-from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
+from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_index import checks
 
 
@@ -110,62 +108,3 @@ def _index_sequence(indices: Any, length: int) -> np.ndarray:
     array[array < 0] += length
     array.flags.writeable = False
     return array
-
-
-@register("repeat")
-class RepeatMapDataset(MapStage):
-    """`num_epochs` epochs of the parent, or infinitely many (length sys.maxsize)."""
-
-    def _fingerprint_token(self) -> str | None:
-        return token("repeat", self._num_epochs, self._reseed)
-
-    def __init__(
-        self,
-        parent: MapDataset[Any],
-        num_epochs: int | None = None,
-        reseed_each_epoch: bool = True,
-    ):
-        super().__init__(parent)
-        if not isinstance(reseed_each_epoch, bool):
-            raise TypeError(f"`reseed_each_epoch` must be a bool, got {reseed_each_epoch!r}.")
-        length = len(parent)
-        if is_infinite(length):
-            raise ValueError(
-                "cannot repeat an infinite dataset (its length is sys.maxsize already): "
-                "remove one of the .repeat() calls."
-            )
-        if num_epochs is not None:
-            num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
-        if length == 0:
-            self._length = 0  # any number of epochs of nothing, as in Grain
-        elif num_epochs is None:
-            self._length = INFINITE
-        else:
-            self._length = min(INFINITE, length * num_epochs)
-        self._num_epochs = num_epochs
-        self._parent = parent
-        # Every epoch reads the parent's first: the same order and random numbers again.
-        self._fold = None if reseed_each_epoch or not length else length
-        self._reseed = reseed_each_epoch
-
-    def __len__(self) -> int:
-        return self._length
-
-    def _getitem(self, index: int) -> Any:
-        if self._fold is not None:
-            index %= self._fold
-        return self._parent._getitem(index)
-
-    _maps_indices = True
-
-    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
-        return indices % self._fold if self._fold is not None else indices
-
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        if self._fold is not None:
-            indices = indices % self._fold
-        return self._parent._getitems(indices)
-
-    def _describe(self) -> str:
-        extra = "" if self._reseed else ", reseed_each_epoch=False"
-        return f"num_epochs={self._num_epochs}{extra}"

@@ -2,7 +2,7 @@
 
 Layout: the multiprocessing layer, above grain_dataset (which it extends with
 `IterDataset.mp_prefetch` through grain_dataset's hook). `_options` holds
-MultiprocessingOptions; `_prefetch` runs a pipeline in worker processes and
+MultiprocessingOptions; `_mp_prefetch` runs a pipeline in worker processes and
 merges their outputs round robin with an exact state; `_transport` moves
 elements' numpy arrays through reused shared memory; `_shm_array` is the public
 SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs;
@@ -23,11 +23,11 @@ from grain_mp._data_loader import DataLoader as DataLoader
 from grain_mp._data_loader import DataLoaderIterator as DataLoaderIterator
 from grain_mp._data_loader import PyGrainDatasetIterator as PyGrainDatasetIterator
 from grain_mp._load import load as load
+from grain_mp._mp_prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
+from grain_mp._mp_prefetch import mp_prefetch as mp_prefetch
 from grain_mp._multithread import multithread_prefetch as multithread_prefetch
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp._pack_op import PackAndBatchOperation as PackAndBatchOperation
-from grain_mp._prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
-from grain_mp._prefetch import mp_prefetch as mp_prefetch
 from grain_mp._record_ops import BatchOperation as BatchOperation
 from grain_mp._record_ops import FilterOperation as FilterOperation
 from grain_mp._record_ops import MapOperation as MapOperation

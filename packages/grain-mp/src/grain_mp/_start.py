@@ -43,7 +43,7 @@ WORKER_NAME = "grain-worker"
 """The name of every worker process, followed by "-<index>"."""
 # Imported once by the fork server, so that the workers it forks find them loaded.
 # Not "__main__" (multiprocessing's default): a script's top level must not run there.
-_SERVER_PRELOAD = ["grain_mp._prefetch", "grain_sources"]
+_SERVER_PRELOAD = ["grain_mp._mp_prefetch", "grain_sources"]
 _MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
 # Attributes of a source object looked into for a fork-unsafe reader (TFDS wraps one).
 _MAX_SCAN = 64

@@ -1,7 +1,8 @@
-"""Limit and repeat for IterDatasets: cutting a stream short, or running it again.
+"""Repeating a dataset: MapDataset.repeat and RepeatIterDataset.
 
-LimitIterDataset returns the first `count` elements of its parent and then
-stops without reading further. State: ``{"count": returned, "parent": ...}``.
+MapDataset.repeat only changes the length, since indices past one epoch
+already mean later epochs; with ``reseed_each_epoch=False`` it maps every epoch
+back onto the first, so shuffles and random maps repeat too.
 
 RepeatIterDataset runs its parent `num_epochs` times (None: without end). An
 epoch restarts the parent's iterator at its initial state, so every epoch of
@@ -18,64 +19,79 @@ from __future__ import annotations
 
 from typing import Any
 
-from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+import numpy as np
+
+from grain_dataset._base import (
+    INFINITE,
+    DatasetIterator,
+    IterDataset,
+    MapDataset,
+    as_iter_dataset,
+    register,
+)
+from grain_dataset._fingerprint import token
+from grain_dataset._stage import MapStage, is_infinite
 from grain_dataset._state import check_state
 from grain_index import checks
 
 
-class LimitIterDataset(IterDataset[Any]):
-    """The first `count` elements of `parent` (all of them if it has fewer).
-
-    A MapDataset parent is read with ``.to_iter_dataset()``.
-
-    Example::
-
-        ds = LimitIterDataset(grain.MapDataset.range(100).to_iter_dataset(), count=3)
-        list(ds)  # [0, 1, 2]
-    """
+@register("repeat")
+class RepeatMapDataset(MapStage):
+    """`num_epochs` epochs of the parent, or infinitely many (length sys.maxsize)."""
 
     def _fingerprint_token(self) -> str | None:
-        return None  # its state counts elements: a new limit applies to the same count
+        return token("repeat", self._num_epochs, self._reseed)
 
-    def __init__(self, parent: IterDataset[Any], count: int):
-        super().__init__(as_iter_dataset(parent, "parent"))
-        # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
-        self._count = checks.int_in_range(count, "count", 1)
-
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _LimitIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return f"LimitIterDataset(count={self._count})"
-
-
-class _LimitIterator(DatasetIterator[Any]):
-    def __init__(self, dataset: LimitIterDataset, parent: DatasetIterator[Any]):
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        num_epochs: int | None = None,
+        reseed_each_epoch: bool = True,
+    ):
         super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-        self._returned = 0
-
-    def __next__(self) -> Any:
-        if self._returned >= self._dataset._count:
-            raise StopIteration
-        value = next(self._parent)
-        self._returned += 1
-        return value
-
-    def get_state(self) -> dict[str, Any]:
-        return {"count": self._returned, "parent": self._parent.get_state()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("count", "parent"))
-        if state["count"] > self._dataset._count:
+        if not isinstance(reseed_each_epoch, bool):
+            raise TypeError(f"`reseed_each_epoch` must be a bool, got {reseed_each_epoch!r}.")
+        length = len(parent)
+        if is_infinite(length):
             raise ValueError(
-                f"state['count'] of {self._dataset!r} must be <= count "
-                f"({self._dataset._count}), got {state['count']}; the state is from a "
-                "pipeline with another limit."
+                "cannot repeat an infinite dataset (its length is sys.maxsize already): "
+                "remove one of the .repeat() calls."
             )
-        self._parent.set_state(state["parent"])
-        self._returned = state["count"]
+        if num_epochs is not None:
+            num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
+        if length == 0:
+            self._length = 0  # any number of epochs of nothing, as in Grain
+        elif num_epochs is None:
+            self._length = INFINITE
+        else:
+            self._length = min(INFINITE, length * num_epochs)
+        self._num_epochs = num_epochs
+        self._parent = parent
+        # Every epoch reads the parent's first: the same order and random numbers again.
+        self._fold = None if reseed_each_epoch or not length else length
+        self._reseed = reseed_each_epoch
+
+    def __len__(self) -> int:
+        return self._length
+
+    def _getitem(self, index: int) -> Any:
+        if self._fold is not None:
+            index %= self._fold
+        return self._parent._getitem(index)
+
+    _maps_indices = True
+
+    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
+        return indices % self._fold if self._fold is not None else indices
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        if self._fold is not None:
+            indices = indices % self._fold
+        return self._parent._getitems(indices)
+
+    def _describe(self) -> str:
+        extra = "" if self._reseed else ", reseed_each_epoch=False"
+        return f"num_epochs={self._num_epochs}{extra}"
 
 
 class RepeatIterDataset(IterDataset[Any]):

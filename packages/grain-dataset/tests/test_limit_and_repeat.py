@@ -6,12 +6,13 @@ import pytest
 
 import grain_dataset  # noqa: F401 - registers the transformations
 from grain_dataset import (
+    LimitIterDataset,
     MapDataset,
     ReadOptions,
+    RepeatIterDataset,
     assert_equal_output_after_checkpoint,
     without_fingerprint,
 )
-from grain_dataset._limit_repeat import LimitIterDataset, RepeatIterDataset
 
 pytestmark = pytest.mark.timeout(60)
 

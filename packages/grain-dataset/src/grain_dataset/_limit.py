@@ -1,0 +1,68 @@
+"""LimitIterDataset: cutting a stream short.
+
+LimitIterDataset returns the first `count` elements of its parent and then
+stops without reading further. State: ``{"count": returned, "parent": ...}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._state import check_state
+from grain_index import checks
+
+
+class LimitIterDataset(IterDataset[Any]):
+    """The first `count` elements of `parent` (all of them if it has fewer).
+
+    A MapDataset parent is read with ``.to_iter_dataset()``.
+
+    Example::
+
+        ds = LimitIterDataset(grain.MapDataset.range(100).to_iter_dataset(), count=3)
+        list(ds)  # [0, 1, 2]
+    """
+
+    def _fingerprint_token(self) -> str | None:
+        return None  # its state counts elements: a new limit applies to the same count
+
+    def __init__(self, parent: IterDataset[Any], count: int):
+        super().__init__(as_iter_dataset(parent, "parent"))
+        # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
+        self._count = checks.int_in_range(count, "count", 1)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _LimitIterator(self, iter(self._parents[0]))
+
+    def __repr__(self) -> str:
+        return f"LimitIterDataset(count={self._count})"
+
+
+class _LimitIterator(DatasetIterator[Any]):
+    def __init__(self, dataset: LimitIterDataset, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._dataset = dataset
+        self._parent = parent
+        self._returned = 0
+
+    def __next__(self) -> Any:
+        if self._returned >= self._dataset._count:
+            raise StopIteration
+        value = next(self._parent)
+        self._returned += 1
+        return value
+
+    def get_state(self) -> dict[str, Any]:
+        return {"count": self._returned, "parent": self._parent.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, repr(self._dataset), ("count", "parent"))
+        if state["count"] > self._dataset._count:
+            raise ValueError(
+                f"state['count'] of {self._dataset!r} must be <= count "
+                f"({self._dataset._count}), got {state['count']}; the state is from a "
+                "pipeline with another limit."
+            )
+        self._parent.set_state(state["parent"])
+        self._returned = state["count"]
