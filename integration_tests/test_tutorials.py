@@ -38,6 +38,7 @@ TUTORIALS = sorted((DOCS / "tutorials").glob("*.py"))
 GUIDE_PAGES = [
     "checkpointing.md",
     "concepts.md",
+    "contributing.md",
     "data_loader.md",
     "multiprocessing.md",
     "performance.md",

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from grain_dataset._base import INFINITE, DatasetIterator, IterDataset, MapDataset, register
+from grain_dataset._base import INFINITE, IterDataset, MapDataset, register
 from grain_dataset._errors import note_stage
 from grain_dataset._fingerprint import token
 from grain_dataset._gather import split
+from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._next_index import get_next_index, set_parent_next_index
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite, upstream
 from grain_dataset._tree import stack
@@ -161,7 +162,7 @@ class BatchMapDataset(MapStage):
 
 
 @register("iter_batch")
-class BatchIterDataset(IterDataset[Any]):
+class BatchIterDataset(IterStage):
     """Batches of `batch_size` consecutive elements of the parent."""
 
     def _fingerprint_token(self) -> str | None:
@@ -177,22 +178,12 @@ class BatchIterDataset(IterDataset[Any]):
         super().__init__(parent)
         _batch_options(self, batch_size, drop_remainder, batch_fn)
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _BatchIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return (
-            f"BatchIterDataset(batch_size={self._batch_size}, "
-            f"drop_remainder={self._drop_remainder})"
-        )
+    def _describe(self) -> str:
+        return f"batch_size={self._batch_size}, drop_remainder={self._drop_remainder}"
 
 
-class _BatchIterator(DatasetIterator[Any]):
-    def __init__(self, dataset: BatchIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-
+@iterator_of(BatchIterDataset)
+class _BatchIterator(StageIterator):
     def __next__(self) -> Any:
         dataset = self._dataset
         values = []
@@ -215,12 +206,6 @@ class _BatchIterator(DatasetIterator[Any]):
         except Exception as error:
             note_stage(error, dataset)
             raise
-
-    def get_state(self) -> dict[str, Any]:
-        return self._parent.get_state()
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self._parent.set_state(state)
 
     def _get_next_index(self) -> int:
         # Batches returned so far; a last, partial batch counts as one.

@@ -57,6 +57,7 @@ import numpy as np
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._errors import WrongTypeError
 from grain_dataset._fingerprint import token
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, iterator_of
 from grain_dataset._packing import SEGMENT_DTYPE, Layout
 from grain_dataset._state import check_state
 from grain_index import checks
@@ -78,7 +79,7 @@ class BOSHandling(enum.Enum):
     REPLACE_FIRST_TOKEN_WITH_BOS = 2
 
 
-class ConcatThenSplitIterDataset(IterDataset[Any]):
+class ConcatThenSplitIterDataset(IterStage):
     """Concatenates the elements' sequences and splits them into examples of fixed length.
 
     No padding except in the last example, at the cost of splitting elements
@@ -180,14 +181,8 @@ class ConcatThenSplitIterDataset(IterDataset[Any]):
             )
         return [key in names for key in keys]
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _ConcatThenSplitIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return (
-            f"ConcatThenSplitIterDataset(length_struct={self._layout.skeleton!r}, "
-            f"bos_handling={self._bos_handling})"
-        )
+    def _describe(self) -> str:
+        return f"length_struct={self._layout.skeleton!r}, bos_handling={self._bos_handling}"
 
 
 class _Waiting:
@@ -199,11 +194,10 @@ class _Waiting:
         self.leaves, self.before, self.number = leaves, before, number
 
 
-class _ConcatThenSplitIterator(DatasetIterator[Any]):
+@iterator_of(ConcatThenSplitIterDataset)
+class _ConcatThenSplitIterator(StageIterator):
     def __init__(self, dataset: ConcatThenSplitIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+        super().__init__(dataset, parent)
         self._layout = dataset._layout
         self._meta = dataset._layout.meta
         self._dtypes: list[np.dtype | None] = [None] * self._layout.count
@@ -211,7 +205,7 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
         # The element part-way consumed, what it already gave, and the parent's state before it.
         self._partial: list[np.ndarray] | None = None
         self._offsets = self._zeros
-        self._anchor: Any = None
+        self._anchor = Anchor(parent)  # read only while an element is part-way consumed
         # split_full_length_features=False: elements read from the parent since the start
         # or the last restore, the full-length ones waiting, and whether anything was output.
         self._read = 0
@@ -318,7 +312,8 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
                         return self._build([leaves])  # passed through at once
                     self._waiting.append(_Waiting(leaves, before, self._read))
                     continue
-                self._anchor, offsets = before, self._zeros
+                self._anchor.set(before)
+                offsets = self._zeros
             # Meta features are never split: one that does not fit whole closes the example.
             if any(m and leaf.shape[0] > r for m, leaf, r in zip(meta, leaves, room, strict=True)):
                 if not segment:
@@ -384,7 +379,7 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
     def get_state(self) -> dict[str, Any]:
         pending = self._partial is not None or any(self._offsets)
         if pending:
-            state = {"parent": self._anchor, "offsets": list(self._offsets)}
+            state = {"parent": self._anchor.saved(), "offsets": list(self._offsets)}
         else:
             state = {"parent": self._parent.get_state(), "offsets": list(self._zeros)}
         if self._dataset._split_full:
@@ -419,16 +414,15 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
                 f"state['offsets'] of {stage} must list {count} integers >= 0 (one per "
                 f"feature), got {offsets!r}; the state is corrupt or from another pipeline."
             )
-        self._parent.set_state(state["parent"])
+        self._anchor.restore(state["parent"])
         self._partial = None
         self._waiting.clear()
         self._read = 0
         if self._dataset._split_full:
-            self._anchor = state["parent"] if any(offsets) else None
             self._offsets = list(offsets) if any(offsets) else self._zeros
             return
         self._emitted = state["emitted"]
-        self._anchor, self._offsets = None, self._zeros
+        self._offsets = self._zeros
         self._replay(state["replay"], state["pending"], list(offsets))
 
     def _replay(self, count: int, pending: bool, offsets: list[int]) -> None:
@@ -445,7 +439,8 @@ class _ConcatThenSplitIterator(DatasetIterator[Any]):
             self._read = number
             leaves = self._layout.checked_leaves(element, self._dtypes)
             if number == count and pending:
-                self._partial, self._offsets, self._anchor = leaves, offsets, before
+                self._partial, self._offsets = leaves, offsets
+                self._anchor.set(before)
             elif any(leaf.shape[0] for leaf in leaves) and self._is_full(leaves):
                 self._waiting.append(_Waiting(leaves, before, number))
             # Any other element was output already.

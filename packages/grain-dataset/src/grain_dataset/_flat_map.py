@@ -25,7 +25,6 @@ both, since the MapDataset would silently lose them.
 
 from __future__ import annotations
 
-import copy
 import itertools
 import reprlib
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from grain_dataset._base import (
 )
 from grain_dataset._errors import note_stage
 from grain_dataset._fingerprint import token
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, check_below, iterator_of
 from grain_dataset._stage import MapStage, is_infinite
 from grain_dataset._state import check_state
 from grain_dataset._transforms import FlatMapTransform
@@ -151,7 +151,7 @@ class FlatMapMapDataset(MapStage):
         return f"{_transforms.describe(mapper.transform)}, max_fan_out={mapper.max_fan_out}"
 
 
-class FlatMapIterDataset(IterDataset[Any]):
+class FlatMapIterDataset(IterStage):
     """Every output of ``transform.flat_map(element)``, for each element in order.
 
     A MapDataset parent is read with ``.to_iter_dataset()``.
@@ -175,28 +175,21 @@ class FlatMapIterDataset(IterDataset[Any]):
         super().__init__(as_iter_dataset(parent, "parent"))
         self._mapper = _FlatMapper(self, transform)
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _FlatMapIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
+    def _describe(self) -> str:
         mapper = self._mapper
-        return (
-            f"FlatMapIterDataset({_transforms.describe(mapper.transform)}, "
-            f"max_fan_out={mapper.max_fan_out})"
-        )
+        return f"{_transforms.describe(mapper.transform)}, max_fan_out={mapper.max_fan_out}"
 
 
-class _FlatMapIterator(DatasetIterator[Any]):
+@iterator_of(FlatMapIterDataset)
+class _FlatMapIterator(StageIterator):
     def __init__(self, dataset: FlatMapIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-        self._start = parent.get_state()  # before the element being split
+        super().__init__(dataset, parent)
+        self._anchor = Anchor(parent)  # before the element being split
         self._outputs: list[Any] | None = None
         self._emitted = 0
 
     def _split_next(self) -> list[Any]:
-        """Reads and splits the element at `_start`; errors leave the state past it."""
+        """Reads and splits the element at the anchor; errors leave the state past it."""
         try:
             outputs = self._dataset._mapper(next(self._parent))
         except StopIteration:
@@ -204,7 +197,7 @@ class _FlatMapIterator(DatasetIterator[Any]):
         except Exception:
             # The failing element is dropped, as a failing map drops it: the
             # state moves past it so that the next call goes on after it.
-            self._start = self._parent.get_state()
+            self._anchor.move()
             self._emitted = 0
             raise
         if self._emitted and self._emitted >= len(outputs):
@@ -217,7 +210,7 @@ class _FlatMapIterator(DatasetIterator[Any]):
 
     def _advance(self) -> None:
         """The current element is used up: the state now points past it."""
-        self._start = self._parent.get_state()
+        self._anchor.move()
         self._outputs = None
         self._emitted = 0
 
@@ -236,17 +229,12 @@ class _FlatMapIterator(DatasetIterator[Any]):
             return value
 
     def get_state(self) -> dict[str, Any]:
-        return {"parent": copy.deepcopy(self._start), "emitted": self._emitted}
+        return {"parent": self._anchor.saved(), "emitted": self._emitted}
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, repr(self._dataset), ("parent", "emitted"))
-        if state["emitted"] >= self._dataset._mapper.max_fan_out:
-            raise ValueError(
-                f"state['emitted'] of {self._dataset!r} must be < max_fan_out "
-                f"({self._dataset._mapper.max_fan_out}), got {state['emitted']}; the state is "
-                "from a pipeline with another transform."
-            )
-        self._parent.set_state(state["parent"])
-        self._start = copy.deepcopy(state["parent"])
-        self._emitted = state["emitted"]
+        max_fan_out = self._dataset._mapper.max_fan_out
+        emitted = check_below(state, "emitted", max_fan_out, self._dataset, "max_fan_out")
+        self._anchor.restore(state["parent"])
+        self._emitted = emitted
         self._outputs = None  # the element is read and split again by the next call

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from grain_dataset import _transforms
-from grain_dataset._base import DatasetIterator, IterDataset, register
+from grain_dataset._base import IterDataset, register
 from grain_dataset._errors import note_stage
 from grain_dataset._filter_check import FilterRatioCheck, options_of
+from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._next_index import parent_next_index, set_parent_next_index
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import stage_seed
@@ -22,7 +23,7 @@ from grain_dataset._state import check_state
 _CHECK_EVERY = 256
 
 
-class _ElementwiseIterDataset(IterDataset[Any]):
+class _ElementwiseIterDataset(IterStage):
     def _fingerprint_token(self) -> str | None:
         return None  # elements change, positions do not
 
@@ -33,8 +34,50 @@ class _ElementwiseIterDataset(IterDataset[Any]):
         self._transform = transform
         self._fn = _transforms.as_function(transform, self._kind)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({_transforms.describe(self._transform)})"
+    def _describe(self) -> str:
+        return _transforms.describe(self._transform)
+
+
+class _ElementwiseIterator(StageIterator):
+    def __init__(self, dataset: _ElementwiseIterDataset, parent: Any):
+        super().__init__(dataset, parent)
+        self._fn = dataset._fn
+
+
+class _CountingIterator(_ElementwiseIterator):
+    """An iterator whose state is its parent's plus the number of elements it produced."""
+
+    def __init__(self, dataset: _ElementwiseIterDataset, parent: Any):
+        super().__init__(dataset, parent)
+        self._index = 0
+
+    def _apply(self, index: int, value: Any) -> Any:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __next__(self) -> Any:
+        value = next(self._parent)
+        try:
+            result = self._apply(self._index, value)
+        except Exception as error:
+            note_stage(error, self._dataset)
+            raise
+        self._index += 1
+        return result
+
+    def get_state(self) -> dict[str, Any]:
+        return {"index": self._index, "parent": self._parent.get_state()}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        check_state(state, repr(self._dataset), ("index", "parent"))
+        self._parent.set_state(state["parent"])
+        self._index = state["index"]
+
+    def _get_next_index(self) -> int:
+        return self._index
+
+    def _set_next_index(self, index: int) -> None:
+        set_parent_next_index(self, index)
+        self._index = index
 
 
 @register("iter_map")
@@ -43,17 +86,9 @@ class MapIterDataset(_ElementwiseIterDataset):
 
     _kind = "map"
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _MapIterator(self, iter(self._parents[0]))
 
-
-class _MapIterator(DatasetIterator[Any]):
-    def __init__(self, dataset: MapIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-        self._fn = dataset._fn
-
+@iterator_of(MapIterDataset)
+class _MapIterator(_ElementwiseIterator):
     def __next__(self) -> Any:
         value = next(self._parent)
         try:
@@ -61,12 +96,6 @@ class _MapIterator(DatasetIterator[Any]):
         except Exception as error:
             note_stage(error, self._dataset)
             raise
-
-    def get_state(self) -> dict[str, Any]:
-        return self._parent.get_state()
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        self._parent.set_state(state)
 
     _get_next_index = parent_next_index
     _set_next_index = set_parent_next_index
@@ -78,16 +107,11 @@ class FilterIterDataset(_ElementwiseIterDataset):
 
     _kind = "filter"
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _FilterIterator(self, iter(self._parents[0]))
 
-
-class _FilterIterator(DatasetIterator[Any]):
-    def __init__(self, dataset: FilterIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-        self._fn = dataset._fn
+@iterator_of(FilterIterDataset)
+class _FilterIterator(_ElementwiseIterator):
+    def __init__(self, dataset: _ElementwiseIterDataset, parent: Any):
+        super().__init__(dataset, parent)
         self._check = FilterRatioCheck(repr(dataset))
         self._seen = 0
         self._dropped = 0
@@ -120,51 +144,9 @@ class _FilterIterator(DatasetIterator[Any]):
                 return value
             self._dropped += 1
 
-    def get_state(self) -> dict[str, Any]:
-        return self._parent.get_state()
-
     def set_state(self, state: dict[str, Any]) -> None:
         self._parent.set_state(state)
         self._check.restored()
-
-
-class _CountingIterator(DatasetIterator[Any]):
-    """An iterator whose state is its parent's plus the number of elements it produced."""
-
-    def __init__(self, dataset: _ElementwiseIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-        self._fn = dataset._fn
-        self._index = 0
-
-    def _apply(self, index: int, value: Any) -> Any:  # pragma: no cover - overridden
-        raise NotImplementedError
-
-    def __next__(self) -> Any:
-        value = next(self._parent)
-        try:
-            result = self._apply(self._index, value)
-        except Exception as error:
-            note_stage(error, self._dataset)
-            raise
-        self._index += 1
-        return result
-
-    def get_state(self) -> dict[str, Any]:
-        return {"index": self._index, "parent": self._parent.get_state()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("index", "parent"))
-        self._parent.set_state(state["parent"])
-        self._index = state["index"]
-
-    def _get_next_index(self) -> int:
-        return self._index
-
-    def _set_next_index(self, index: int) -> None:
-        set_parent_next_index(self, index)
-        self._index = index
 
 
 @register("iter_map_with_index")
@@ -173,10 +155,8 @@ class MapWithIndexIterDataset(_ElementwiseIterDataset):
 
     _kind = "map_with_index"
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _MapWithIndexIterator(self, iter(self._parents[0]))
 
-
+@iterator_of(MapWithIndexIterDataset)
 class _MapWithIndexIterator(_CountingIterator):
     def _apply(self, index: int, value: Any) -> Any:
         return self._fn(index, value)
@@ -192,10 +172,8 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
         super().__init__(parent, transform)
         self._seed = stage_seed(self, seed, "random_map")
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _RandomMapIterator(self, iter(self._parents[0]))
 
-
+@iterator_of(RandomMapIterDataset)
 class _RandomMapIterator(_CountingIterator):
     def _apply(self, index: int, value: Any) -> Any:
         return self._fn(value, element_rng(self._dataset._seed, index))

@@ -31,6 +31,7 @@ from grain_dataset._base import (
 )
 from grain_dataset._combine import mix_weights
 from grain_dataset._fingerprint import component_hash, logger, unstamped
+from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of, restore_all
 from grain_dataset._state import check_parents_state, check_state
 from grain_dataset._worker_slice import iter_with_slice
 from grain_index import MixingSchedule
@@ -58,8 +59,10 @@ def _by_name(datasets: Any, weights: Any) -> tuple[Any, Any]:
 
 
 @register("iter_mix")
-class MixedIterDataset(IterDataset[Any]):
+class MixedIterDataset(IterStage):
     """The components interleaved in proportion to their weights."""
+
+    _many_parents = True
 
     def _fingerprint_token(self) -> str | None:
         return "mix"
@@ -80,23 +83,20 @@ class MixedIterDataset(IterDataset[Any]):
         self._weights = mix_weights(weights, len(datasets))
         self._schedule = MixingSchedule(self._weights)
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _MixedIterator(self, [iter(parent) for parent in self._parents])
-
     def _component_hashes(self) -> list[str]:
         hashes = self.__dict__.get("_hashes")
         if hashes is None:
             hashes = self.__dict__["_hashes"] = [component_hash(p) for p in self._parents]
         return hashes
 
-    def __repr__(self) -> str:
-        return f"MixedIterDataset(weights={self._weights})"
+    def _describe(self) -> str:
+        return f"weights={self._weights}"
 
 
-class _MixedIterator(DatasetIterator[Any]):
+@iterator_of(MixedIterDataset)
+class _MixedIterator(StageIterator):
     def __init__(self, dataset: MixedIterDataset, parents: list[DatasetIterator[Any]]):
-        super().__init__(parents)
-        self._dataset = dataset
+        super().__init__(dataset, parents)
         self._iterators = parents
         self._schedule = dataset._schedule
         self._position = 0
@@ -136,15 +136,7 @@ class _MixedIterator(DatasetIterator[Any]):
         else:  # an older state: components by their place in the list
             check_state(state, stage, ("position", "parents"))
             parents = check_parents_state(state, stage, len(self._iterators))
-        previous = [iterator.get_state() for iterator in self._iterators]
-        try:
-            for iterator, parent_state in zip(self._iterators, parents, strict=True):
-                iterator.set_state(parent_state)
-        except Exception:
-            # All components move or none: a rejected state leaves no half-restored mix.
-            for iterator, parent_state in zip(self._iterators, previous, strict=True):
-                iterator.set_state(parent_state)
-            raise
+        restore_all(self._iterators, parents)
         self._position = state["position"]
 
     def _match_components(self, saved: list[str], old: list[Any]) -> list[Any]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._state import check_state
 from grain_index import checks
 
 
-class LimitIterDataset(IterDataset[Any]):
+class LimitIterDataset(IterStage):
     """The first `count` elements of `parent` (all of them if it has fewer).
 
     A MapDataset parent is read with ``.to_iter_dataset()``.
@@ -32,18 +33,14 @@ class LimitIterDataset(IterDataset[Any]):
         # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
         self._count = checks.int_in_range(count, "count", 1)
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _LimitIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return f"LimitIterDataset(count={self._count})"
+    def _describe(self) -> str:
+        return f"count={self._count}"
 
 
-class _LimitIterator(DatasetIterator[Any]):
+@iterator_of(LimitIterDataset)
+class _LimitIterator(StageIterator):
     def __init__(self, dataset: LimitIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+        super().__init__(dataset, parent)
         self._returned = 0
 
     def __next__(self) -> Any:

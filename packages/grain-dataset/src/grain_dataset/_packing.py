@@ -74,6 +74,7 @@ import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._fingerprint import seed_param, token
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, iterator_of
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import explicit_seed, stage_seed
 from grain_dataset._state import check_state
@@ -379,7 +380,7 @@ def _short(value: Any) -> str:
 # -- the datasets ------------------------------------------------------------------------
 
 
-class _PackIterDataset(IterDataset[Any]):
+class _PackIterDataset(IterStage):
     """What first fit and best fit share: arguments, layout and the iterator."""
 
     def _fingerprint_token(self) -> str | None:
@@ -450,13 +451,10 @@ class _PackIterDataset(IterDataset[Any]):
             else checks.int_in_range(max_sequences_per_bin, "max_sequences_per_bin", 1)
         )
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _PackIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
+    def _describe(self) -> str:
         return (
-            f"{type(self).__name__}(length_struct={self._layout.skeleton!r}, "
-            f"num_packing_bins={self._num_bins}, shuffle_bins={self._shuffle_bins})"
+            f"length_struct={self._layout.skeleton!r}, num_packing_bins={self._num_bins}, "
+            f"shuffle_bins={self._shuffle_bins}"
         )
 
 
@@ -523,11 +521,10 @@ class BestFitPackIterDataset(_PackIterDataset):
 # -- the iterator ------------------------------------------------------------------------
 
 
-class _PackIterator(DatasetIterator[Any]):
+@iterator_of(_PackIterDataset)
+class _PackIterator(StageIterator):
     def __init__(self, dataset: _PackIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+        super().__init__(dataset, parent)
         layout = self._layout = dataset._layout
         self._count = layout.count
         self._bins = dataset._num_bins
@@ -540,7 +537,7 @@ class _PackIterator(DatasetIterator[Any]):
         self._columns = len(capacity)
         self._dtypes: list[np.dtype | None] = [None] * self._count
         self._group = 0
-        self._anchor = parent.get_state()
+        self._anchor = Anchor(parent)
         self._reset_bins()
 
     # -- the group -----------------------------------------------------------------------
@@ -713,7 +710,7 @@ class _PackIterator(DatasetIterator[Any]):
         leaves, lengths, before, extras = pending
         self._group += 1
         self._reset_bins()
-        self._anchor = before
+        self._anchor.set(before)
         self._consumed = 1
         self._insert(0, leaves, lengths, extras)
 
@@ -747,7 +744,7 @@ class _PackIterator(DatasetIterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         return {
-            "parent": self._anchor,
+            "parent": self._anchor.saved(),
             "consumed": self._consumed,
             "emitted": self._emitted,
             "group": self._group,
@@ -757,10 +754,9 @@ class _PackIterator(DatasetIterator[Any]):
         stage = repr(self._dataset)
         check_state(state, stage, ("parent", "consumed", "emitted", "group"))
         consumed, emitted = state["consumed"], state["emitted"]
-        self._parent.set_state(state["parent"])
+        self._anchor.restore(state["parent"])
         self._reset_bins()
         self._group = state["group"]
-        self._anchor = state["parent"]
         # Replay the group: the same elements packed the same way rebuild the same bins.
         try:
             overflow = self._pack(consumed)

@@ -26,6 +26,7 @@ import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
 from grain_dataset._element_spec import Path, map_with_path, path_name, structure_of
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, iterator_of
 from grain_dataset._state import check_state
 from grain_index import checks
 
@@ -76,7 +77,7 @@ class _ParentBatch:
         self.structure = structure_of(batch)
 
 
-class RebatchIterDataset(IterDataset[Any]):
+class RebatchIterDataset(IterStage):
     """Regroups the rows of the parent's batches into batches of `batch_size` rows.
 
     Args:
@@ -115,18 +116,13 @@ class RebatchIterDataset(IterDataset[Any]):
             raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
         self._drop_remainder = drop_remainder
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _RebatchIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return (
-            f"RebatchIterDataset(batch_size={self._batch_size}, "
-            f"drop_remainder={self._drop_remainder})"
-        )
+    def _describe(self) -> str:
+        return f"batch_size={self._batch_size}, drop_remainder={self._drop_remainder}"
 
 
-class _RebatchIterator(DatasetIterator[Any]):
-    """The position is (`_start`, `_offset`) into the parent batch `_current`.
+@iterator_of(RebatchIterDataset)
+class _RebatchIterator(StageIterator):
+    """The position is (`_anchor`, `_offset`) into the parent batch `_current`.
 
     `_current` is None before the first batch, at the end, and after
     `set_state`; in the last case an `_offset` > 0 is a pending skip into the
@@ -134,11 +130,9 @@ class _RebatchIterator(DatasetIterator[Any]):
     """
 
     def __init__(self, dataset: RebatchIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+        super().__init__(dataset, parent)
         self._current: _ParentBatch | None = None
-        self._start: dict[str, Any] | None = None
+        self._anchor = Anchor(parent)  # the parent's state before `_current`
         self._offset = 0
 
     def _fetch(self) -> bool:
@@ -172,7 +166,8 @@ class _RebatchIterator(DatasetIterator[Any]):
                 )
             if current.rows == 0:
                 continue
-            self._current, self._start, self._offset = current, start, skip
+            self._current, self._offset = current, skip
+            self._anchor.set(start)
             return True
 
     def __next__(self) -> Any:
@@ -221,19 +216,18 @@ class _RebatchIterator(DatasetIterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         current = self._current
-        if current is not None and self._offset < current.rows:
-            return {"parent": self._start, "offset": self._offset}
-        if current is None and self._offset:
-            return {"parent": self._start, "offset": self._offset}  # restored, not yet replayed
+        # Inside a parent batch, or restored into one and not yet replayed.
+        inside = self._offset < current.rows if current is not None else self._offset > 0
+        if inside:
+            return {"parent": self._anchor.saved(), "offset": self._offset}
         return {"parent": self._parent.get_state(), "offset": 0}
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, repr(self._dataset), ("offset", "parent"))
-        self._parent.set_state(state["parent"])
+        self._anchor.restore(state["parent"])
         # The replay of the parent batch waits for the next read, so restoring
         # reads no data and cannot fail on it.
         self._current = None
-        self._start = state["parent"]
         self._offset = state["offset"]
 
 

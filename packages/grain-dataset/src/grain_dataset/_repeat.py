@@ -30,6 +30,7 @@ from grain_dataset._base import (
     register,
 )
 from grain_dataset._fingerprint import token
+from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._stage import MapStage, is_infinite
 from grain_dataset._state import check_state
 from grain_index import checks
@@ -94,7 +95,7 @@ class RepeatMapDataset(MapStage):
         return f"num_epochs={self._num_epochs}{extra}"
 
 
-class RepeatIterDataset(IterDataset[Any]):
+class RepeatIterDataset(IterStage):
     """`parent` again and again: `num_epochs` times, or without end if None.
 
     Every epoch repeats the parent's elements in the same order. An empty
@@ -116,18 +117,14 @@ class RepeatIterDataset(IterDataset[Any]):
             num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
         self._num_epochs = num_epochs
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _RepeatIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return f"RepeatIterDataset(num_epochs={self._num_epochs})"
+    def _describe(self) -> str:
+        return f"num_epochs={self._num_epochs}"
 
 
-class _RepeatIterator(DatasetIterator[Any]):
+@iterator_of(RepeatIterDataset)
+class _RepeatIterator(StageIterator):
     def __init__(self, dataset: RepeatIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+        super().__init__(dataset, parent)
         # Epochs restart the same iterator at its initial state: a new iterator
         # per epoch would leave its predecessor's threads to the garbage collector.
         self._initial = parent.get_state()

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import IterDataset, register
+from grain_dataset._iter_stage import IterStage
 from grain_dataset._stage import MapStage
 from grain_index import checks, derive_seed
 
@@ -69,7 +70,7 @@ class SeedMapDataset(MapStage):
 
 
 @register("iter_seed")
-class SeedIterDataset(IterDataset[Any]):
+class SeedIterDataset(IterStage):
     """Passes elements through; sets the seed later random stages derive theirs from."""
 
     def _fingerprint_token(self) -> str | None:
@@ -83,5 +84,5 @@ class SeedIterDataset(IterDataset[Any]):
     def __iter__(self) -> Any:
         return iter(self._parents[0])
 
-    def __repr__(self) -> str:
-        return f"SeedIterDataset(seed={self._seed})"
+    def _describe(self) -> str:
+        return f"seed={self._seed}"

@@ -25,13 +25,13 @@ element of a window the state already points at the next window
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from grain_dataset._fingerprint import seed_param, token
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, check_below, iterator_of
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
 from grain_dataset._state import check_state
@@ -107,7 +107,7 @@ class WindowShuffleMapDataset(MapStage):
         return f"window_size={self._window_size}, len={self._length}"
 
 
-class WindowShuffleIterDataset(IterDataset[Any]):
+class WindowShuffleIterDataset(IterStage):
     """The parent's elements, read `window_size` at a time and returned in a random order.
 
     Memory holds one window of elements. Each window's order is a permutation
@@ -147,19 +147,15 @@ class WindowShuffleIterDataset(IterDataset[Any]):
         )
         return offsets.tolist()
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _WindowShuffleIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return f"WindowShuffleIterDataset(window_size={self._window_size})"
+    def _describe(self) -> str:
+        return f"window_size={self._window_size}"
 
 
-class _WindowShuffleIterator(DatasetIterator[Any]):
+@iterator_of(WindowShuffleIterDataset)
+class _WindowShuffleIterator(StageIterator):
     def __init__(self, dataset: WindowShuffleIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
-        self._start = parent.get_state()  # where the current window begins
+        super().__init__(dataset, parent)
+        self._anchor = Anchor(parent)  # where the current window begins
         self._window = 0
         self._emitted = 0
         self._buffer: list[Any] = []
@@ -195,7 +191,7 @@ class _WindowShuffleIterator(DatasetIterator[Any]):
         self._emitted += 1
         if self._emitted == len(order):
             # The window is done: the parent now stands where the next one begins.
-            self._start = self._parent.get_state()
+            self._anchor.move()
             self._window += 1
             self._emitted = 0
             self._buffer = []
@@ -204,23 +200,18 @@ class _WindowShuffleIterator(DatasetIterator[Any]):
 
     def get_state(self) -> dict[str, Any]:
         return {
-            "parent": copy.deepcopy(self._start),
+            "parent": self._anchor.saved(),
             "window": self._window,
             "emitted": self._emitted,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, repr(self._dataset), ("parent", "window", "emitted"))
-        if state["emitted"] >= self._dataset._window_size:
-            raise ValueError(
-                f"state['emitted'] of {self._dataset!r} must be < window_size "
-                f"({self._dataset._window_size}), got {state['emitted']}; the state is from "
-                "a pipeline with another window_size."
-            )
-        self._parent.set_state(state["parent"])
-        self._start = copy.deepcopy(state["parent"])
+        window_size = self._dataset._window_size
+        emitted = check_below(state, "emitted", window_size, self._dataset, "window_size")
+        self._anchor.restore(state["parent"])
         self._window = state["window"]
-        self._emitted = state["emitted"]
+        self._emitted = emitted
         # The window is read again lazily, by the next call.
         self._buffer = []
         self._order = None

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
+from grain_dataset._iter_stage import IterStage
 from grain_dataset._options import DatasetOptions, ExecutionTrackingMode
 from grain_dataset._stats import track
 
 
-class WithOptionsIterDataset(IterDataset[Any]):
+class WithOptionsIterDataset(IterStage):
     """The parent's elements, with `options` applied to the whole pipeline up to here.
 
     Example::
@@ -45,5 +46,5 @@ class WithOptionsIterDataset(IterDataset[Any]):
             track(iterator)
         return iterator
 
-    def __repr__(self) -> str:
-        return f"WithOptionsIterDataset({self._options!r})"
+    def _describe(self) -> str:
+        return repr(self._options)

@@ -27,6 +27,7 @@ from grain_dataset._base import (
     as_iter_dataset,
     dataset_list,
 )
+from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of, restore_all
 from grain_dataset._stage import MapStage
 from grain_dataset._state import check_parents_state, check_state
 
@@ -78,7 +79,7 @@ class ZipMapDataset(MapStage):
         return f"{len(self._parents)} parents, len={self._length}"
 
 
-class ZipIterDataset(IterDataset[Any]):
+class ZipIterDataset(IterStage):
     """Tuples of the next element of each of `parents`, until they are exhausted.
 
     A MapDataset parent is read with ``.to_iter_dataset()``. With
@@ -93,6 +94,8 @@ class ZipIterDataset(IterDataset[Any]):
         list(ds)  # [(0, 10), (1, 11), (2, 12)]
     """
 
+    _many_parents = True
+
     def _fingerprint_token(self) -> str | None:
         return "zip"
 
@@ -105,18 +108,15 @@ class ZipIterDataset(IterDataset[Any]):
         )
         self._strict = strict
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _ZipIterator(self, [iter(parent) for parent in self._parents])
-
-    def __repr__(self) -> str:
+    def _describe(self) -> str:
         strict = "" if self._strict else ", strict=False"
-        return f"ZipIterDataset({len(self._parents)} parents{strict})"
+        return f"{len(self._parents)} parents{strict}"
 
 
-class _ZipIterator(DatasetIterator[Any]):
+@iterator_of(ZipIterDataset)
+class _ZipIterator(StageIterator):
     def __init__(self, dataset: ZipIterDataset, parents: list[DatasetIterator[Any]]):
-        super().__init__(parents)
-        self._dataset = dataset
+        super().__init__(dataset, parents)
         self._iterators = parents
 
     def __next__(self) -> tuple[Any, ...]:
@@ -158,13 +158,4 @@ class _ZipIterator(DatasetIterator[Any]):
     def set_state(self, state: dict[str, Any]) -> None:
         stage = repr(self._dataset)
         check_state(state, stage, ("parents",))
-        parents = check_parents_state(state, stage, len(self._iterators))
-        previous = [iterator.get_state() for iterator in self._iterators]
-        try:
-            for iterator, parent_state in zip(self._iterators, parents, strict=True):
-                iterator.set_state(parent_state)
-        except Exception:
-            # All parents move or none: a rejected state leaves no half-restored zip.
-            for iterator, parent_state in zip(self._iterators, previous, strict=True):
-                iterator.set_state(parent_state)
-            raise
+        restore_all(self._iterators, check_parents_state(state, stage, len(self._iterators)))

@@ -8,9 +8,16 @@ like the built-in ones; these are the pieces of the dataset layer they share:
   stages       MapStage, the base of the built-in MapDataset stages: a stage
                writes ``_getitem(index)`` for one index >= 0 and gets
                `__getitem__` (negative indices, slices, checks) from it;
-               `register(name)` attaches a builder to a base-class method (as
+               IterStage and StageIterator, the bases of the IterDataset
+               stages: a stage class and an iterator class marked
+               ``@iterator_of(stage)``; both kinds describe their arguments
+               in ``_describe()``, which their repr shows. `register(name)`
+               attaches a builder to a base-class method (as
                `IterDataset.mp_prefetch` is attached); INFINITE, the length of
                an infinite MapDataset.
+  resuming     Anchor (the parent's state where a stage last held nothing:
+               save it with a count, restore it and replay), restore_all
+               (every parent takes its state, or none does), check_below.
   states       check_state / check_parents_state: a state that is not the one
                the stage saved fails loudly (WrongTypeError, OutOfRangeError
                are the errors of these checks and of the stages' arguments).
@@ -51,6 +58,12 @@ from grain_dataset._guard import add_lock as add_lock
 from grain_dataset._guard import closed_error as closed_error
 from grain_dataset._guard import interrupt as interrupt
 from grain_dataset._guard import serialized as serialized
+from grain_dataset._iter_stage import Anchor as Anchor
+from grain_dataset._iter_stage import IterStage as IterStage
+from grain_dataset._iter_stage import StageIterator as StageIterator
+from grain_dataset._iter_stage import check_below as check_below
+from grain_dataset._iter_stage import iterator_of as iterator_of
+from grain_dataset._iter_stage import restore_all as restore_all
 from grain_dataset._stage import MapStage as MapStage
 from grain_dataset._state import check_parents_state as check_parents_state
 from grain_dataset._state import check_state as check_state
@@ -65,18 +78,24 @@ __all__ = [
     "CLOSE_TIMEOUT_S",
     "INFINITE",
     "POLL_S",
+    "Anchor",
+    "IterStage",
     "MapStage",
     "OutOfRangeError",
+    "StageIterator",
     "WrongTypeError",
     "add_lock",
+    "check_below",
     "check_parents_state",
     "check_state",
     "closed_error",
     "interrupt",
     "iter_worker_slice",
+    "iterator_of",
     "load_coroutine",
     "read_state_into",
     "register",
+    "restore_all",
     "save_coroutine",
     "serialized",
     "state_to_text",
