@@ -1,0 +1,118 @@
+"""The `ray` executor: one Ray task per shard of our plan (never Ray's own block layout).
+
+Each task runs the same `run_shard` as the local executor, so the bytes of a
+shard do not depend on where it ran. A task whose worker process or node dies
+is retried by Ray (`max_retries`); an error of the data (a bad record) is not
+retried: it fails the run with the task's own message. Ray is connected to
+at `address` (a running cluster, "auto", or ``ray://``), or, without one, a
+local cluster is started for the run and shut down after it; a Ray already
+initialized by the caller is used as it is and left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from grain._convert_errors import ConversionError
+from grain._convert_task import run_shard
+
+INSTALL = "pip install 'grain[ray]'"
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConversionError(
+            f"--executor ray needs Ray, which is not installed: {INSTALL} (or pip install ray)"
+        ) from None
+    return ray
+
+
+def _task(job: dict[str, Any], shard: dict[str, Any]) -> dict[str, Any]:
+    return run_shard(job, shard)
+
+
+@contextlib.contextmanager
+def _without_uv_hook() -> Iterator[None]:
+    """Ray's uv integration ships the working directory to workers started with `uv run`:
+    pointless for a cluster on this machine, and it takes seconds, so it is off there."""
+    name = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
+    saved = os.environ.get(name)
+    os.environ[name] = "0"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+
+@contextlib.contextmanager
+def connected(address: str | None, num_cpus: int | None) -> Iterator[Any]:
+    """Ray, initialized for the run (and shut down after it if this started it)."""
+    ray = import_ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    try:
+        if address is None:
+            with _without_uv_hook():
+                ray.init(num_cpus=num_cpus, include_dashboard=False, **options)
+        else:
+            ray.init(address=address, **options)
+    except ConnectionError as error:
+        raise ConversionError(
+            f"cannot connect to the Ray cluster at {address}: {error}; start one with "
+            "`ray start --head`, or leave out --ray-address to start a local one"
+        ) from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def run_ray(
+    job: dict[str, Any],
+    shards: list[dict[str, Any]],
+    events: Any,
+    *,
+    address: str | None = None,
+    workers: int | None = None,
+    max_retries: int = 3,
+) -> None:
+    """Runs every shard as a Ray task; ``events.done(index, marker)`` as each finishes."""
+    if not shards:
+        return
+    with connected(address, workers) as ray:
+        remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_task)
+        job_ref = ray.put(job)
+        running = {remote.remote(job_ref, shard): shard for shard in shards}
+        try:
+            while running:
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    shard = running.pop(ref)
+                    events.done(shard["index"], _result(ray, ref, shard))
+        finally:
+            for ref in running:  # an error or Ctrl-C: stop what is still running
+                ray.cancel(ref, force=True)
+
+
+def _result(ray: Any, ref: Any, shard: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return ray.get(ref)  # type: ignore[no-any-return]
+    except ray.exceptions.RayTaskError as error:
+        cause = getattr(error, "cause", None)
+        if isinstance(cause, ConversionError):
+            raise ConversionError(str(cause)) from None
+        raise ConversionError(f"writing {shard['name']} failed on Ray: {error}") from None
+    except ray.exceptions.RayError as error:
+        raise ConversionError(
+            f"writing {shard['name']} failed on Ray after its retries: {error}"
+        ) from None
