@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import grain
-from grain import _cli_convert
 from grain._cli import main
 
 pa = pytest.importorskip("pyarrow")
@@ -82,7 +81,7 @@ def test_parquet_rows_as_json(capsys, tmp_path):
     assert [json.loads(r) for r in _read_back(str(tmp_path / "rows.array_record"))] == rows
 
 
-def test_a_value_json_cannot_hold_names_its_column_and_leaves_no_file(capsys, tmp_path):
+def test_a_value_json_cannot_hold_names_its_column_and_writes_no_shard(capsys, tmp_path):
     _write_parquet(tmp_path / "data.parquet", [{"id": 1, "image": b"\x89PNG"}])
     code, _, err = _convert(
         capsys, tmp_path / "data.parquet", tmp_path / "out", "--row-format", "json"
@@ -92,7 +91,8 @@ def test_a_value_json_cannot_hold_names_its_column_and_leaves_no_file(capsys, tm
         f"grain convert: error: row 0 of {tmp_path / 'data.parquet'}: column 'image' holds "
         "bytes, which JSON cannot store: use --row-format pickle"
     )
-    assert os.listdir(tmp_path) == ["data.parquet"]
+    # The plan is written first; no shard, temporary file or manifest is left.
+    assert sorted(os.listdir(tmp_path)) == ["data.parquet", "out.plan.json"]
 
 
 def test_a_directory_of_parquet_files_is_read_in_name_order(capsys, tmp_path):
@@ -188,7 +188,7 @@ def test_the_console_script_exits_2_on_a_missing_input(tmp_path):
     ("make", "src", "options", "message"),
     [
         (lambda p: (p / "data.csv").write_text("a,b\n"), "data.csv", [], "cannot tell the format"),
-        (lambda p: (p / "d").mkdir(), "d", [], "holds no .jsonl, .json, .parquet or .npy files"),
+        (lambda p: (p / "d").mkdir(), "d", [], "holds no .jsonl, .json, .parquet, .tfrecord"),
         (lambda p: (p / "d").mkdir(), "d", ["--format", "hf"], "is not a dataset saved by"),
         (lambda p: (p / "a.json").write_text("1\n"), "a.json", ["--format", "npy"], "is a file"),
     ],
@@ -220,7 +220,7 @@ def test_an_existing_output_needs_overwrite(capsys, tmp_path):
     assert code == 2
     assert (
         err == f"grain convert: error: {tmp_path / 'out'} already exists: pass --overwrite "
-        "to replace it\n"
+        "to replace it (or --resume to finish an interrupted conversion)\n"
     )
     (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
     code, _, _ = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out", "--overwrite")
@@ -235,28 +235,30 @@ def test_an_output_that_is_a_directory_exits_2(capsys, tmp_path):
     assert "is a directory: pass a base name for the shards" in err
 
 
-def test_a_line_that_is_not_json_fails_with_1_and_leaves_no_file(capsys, tmp_path):
+def test_a_line_that_is_not_json_fails_with_1_and_publishes_no_manifest(capsys, tmp_path):
     (tmp_path / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n{"a": \n')
     code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out", "--num-shards", "2")
     assert code == 1
     assert f"line 3 of {tmp_path / 'a.jsonl'} is not JSON" in err
-    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+    names = set(os.listdir(tmp_path))
+    # Shard 0 (line 1) may have finished before shard 1 failed: then it is marked done.
+    assert names - {"out-00000-of-00002", "out-00000-of-00002.done"} == {
+        "a.jsonl",
+        "out.plan.json",
+    }
+    assert ("out-00000-of-00002" in names) == ("out-00000-of-00002.done" in names)
 
 
-def test_a_count_that_does_not_match_fails_with_1(capsys, tmp_path, monkeypatch):
-    real = _cli_convert.write_array_record
-
-    def loses_the_last_record(records, path, **kwargs):
-        return real(list(records)[:-1], path, **kwargs)
-
-    monkeypatch.setattr(_cli_convert, "write_array_record", loses_the_last_record)
+def test_the_summary_names_the_manifest_and_a_resume_keeps_every_shard(capsys, tmp_path):
     (tmp_path / "a.jsonl").write_text("".join(f"{i}\n" for i in range(10)))
-    code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out")
-    assert code == 1
-    assert err.strip() == (
-        f"grain convert: error: the input has 10 records, 10 were written and 9 read back "
-        f"from {tmp_path / 'out'}; the first or last record read back differs"
-    )
+    args = [tmp_path / "a.jsonl", tmp_path / "out", "--num-shards", "3", "--workers", "2"]
+    code, out, _ = _convert(capsys, *args)
+    assert code == 0
+    assert f"manifest: {tmp_path / 'out.manifest.json'}" in out
+    code, out, _ = _convert(capsys, *args, "--resume")
+    assert code == 0
+    assert "wrote 10 records (10 B) into 3 ArrayRecord shards (3 kept from an earlier run)" in out
+    assert [json.loads(r) for r in _read_back(str(tmp_path / "out@3"))] == list(range(10))
 
 
 def test_bad_arguments_exit_2(capsys, tmp_path):
@@ -270,6 +272,15 @@ def test_bad_arguments_exit_2(capsys, tmp_path):
     with pytest.raises(SystemExit) as excinfo:
         main(["convert", "a.jsonl", "out", "--format", "csv"])
     assert excinfo.value.code == 2
+    for options, message in [
+        (["--resume", "--overwrite"], "pass one"),
+        (["--ray-address", "auto"], "--ray-address needs --executor ray"),
+        (["--workers", "0"], "--workers must be >= 1"),
+    ]:
+        with pytest.raises(SystemExit) as excinfo:
+            main(["convert", "a.jsonl", "out", *options])
+        assert excinfo.value.code == 2
+        assert message in capsys.readouterr().err
 
 
 def test_writer_options_reach_the_files(capsys, tmp_path):

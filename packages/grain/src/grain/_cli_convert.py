@@ -1,12 +1,12 @@
-"""`grain convert SRC DEST`: ArrayRecord shards from JSON lines, Parquet, .npy or HuggingFace.
+"""`grain convert SRC DEST`: ArrayRecord shards from JSON lines, Parquet, TFRecord, .npy or HF.
 
-Every input is streamed: it is counted first (lines, Parquet metadata, files,
-the dataset's length), then its records flow one at a time into
-`grain_sources.write_array_record`, which cuts them into contiguous shards
-(record i of the input is index i of ``ArrayRecordDataSource("DEST@N")``) and
-leaves no file behind if anything fails. Afterwards the shards are opened with
-`grain.sources.ArrayRecordDataSource` and their count (and first and last
-records) compared with the input's.
+The work is `grain.convert.convert`'s: a plan made from the input's metadata
+(record i of the input is index i of ``ArrayRecordDataSource("DEST@N")``),
+one idempotent task per shard on worker processes (``--executor local``) or
+on Ray (``--executor ray``), resumable (``--resume``), and a manifest written
+last. This module parses the options, prints the summary, and turns errors
+into exit statuses. Afterwards the shards are opened with
+`grain.sources.ArrayRecordDataSource` and their count compared with the input's.
 
 Rows of tables (Parquet, HuggingFace) are pickled dicts by default: pickle
 keeps every column type as the table reader gives it, binary columns (encoded
@@ -17,30 +17,23 @@ portable JSON instead and names the column when a value does not fit.
 from __future__ import annotations
 
 import argparse
-import codecs
-import io
-import json
+import importlib
+import importlib.util
 import os
-import pickle
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 import grain
-from grain._cli_common import (
-    EXIT_OK,
-    CommandError,
-    ProgressBar,
-    UsageError,
-    format_bytes,
-    format_rate,
-)
-from grain_sources import write_array_record
+from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes, format_rate
+from grain._convert_errors import ConversionError, InputError
+from grain._convert_inputs import FORMAT_NAMES
+from grain.convert import EXECUTORS, ConversionResult, convert
 
-SUMMARY = "write ArrayRecord shards from JSON lines, Parquet, .npy files or a HuggingFace dataset"
+SUMMARY = (
+    "write ArrayRecord shards from JSON lines, Parquet, TFRecord, .npy files or a HuggingFace "
+    "dataset, on this machine or on Ray"
+)
 DESCRIPTION = """\
 Writes the records of SRC into ArrayRecord shards named after DEST, then reads
 the shards back with grain.sources.ArrayRecordDataSource and checks that they
@@ -52,6 +45,8 @@ SRC, and what each record becomes (decode it with the .map shown):
   FILE.parquet
       each row as a dict {column: value}, pickled (the default:
       .map(pickle.loads)) or as JSON bytes (--row-format json: .map(json.loads))
+  FILE.tfrecord, FILE.tfrecords
+      each record's bytes, as they are (checksums verified)
   DIR of *.npy files
       each file (one array; files in name order), as its np.save bytes:
       .map(lambda b: np.load(io.BytesIO(b)))
@@ -59,23 +54,31 @@ SRC, and what each record becomes (decode it with the .map shown):
   or state.json)
       each row, like Parquet's, with its values as Arrow stores them (an Image
       column gives {"bytes": ..., "path": ...})
-  DIR of *.jsonl/*.json files, or of *.parquet files
+  DIR of *.jsonl/*.json files, of *.parquet files or of *.tfrecord files
       all of them, in name order
+
+With --transform, each record (a JSON line's value, a row dict, a TFRecord's
+or .npy file's bytes) goes through your function first; bytes it returns are
+stored as they are, anything else is encoded by --row-format.
 
 Rows are pickled by default because pickle keeps every value type, binary
 columns such as encoded images included, which JSON cannot hold; unpickle only
 data you trust. DEST is the output's base name: with --num-shards 1 the file
 DEST, else DEST-00000-of-0000N ..., read by ArrayRecordDataSource("DEST@N").
-Record i of SRC is index i there. A progress bar shows on stderr when it is a
-terminal; the summary goes to stdout."""
+Record i of SRC is index i there.
 
-_SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".npy": "npy"}
-_FORMAT_NAMES = {
-    "jsonl": "JSON lines",
-    "parquet": "Parquet",
-    "npy": ".npy files",
-    "hf": "HuggingFace dataset",
-}
+The plan (which records each shard holds) is computed from the input's
+metadata and written first, to DEST.plan.json. Each shard is then written by
+one task, on worker processes here (--executor local, the default) or as Ray
+tasks (--executor ray, on the cluster at --ray-address or a local one; needs
+pip install 'grain[ray]'): to a temporary name, read back and checked (count
+and checksum), renamed, and marked done (SHARD.done). Both executors write
+the same bytes. If a run stops (Ctrl-C, a lost machine), run the same command
+with --resume: shards whose marker matches the plan are kept, the rest are
+written again. DEST.manifest.json (shards, counts, checksums, the plan's
+hash) is written last; "grain inspect DEST@N" checks the files against it.
+A progress bar shows on stderr when it is a terminal; the summary goes to
+stdout."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--format",
-        choices=("auto", *_FORMAT_NAMES),
+        choices=("auto", *FORMAT_NAMES),
         default="auto",
         help="the input's format (default: auto, from the name and the directory's files)",
     )
@@ -100,7 +103,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--row-format",
         choices=("pickle", "json"),
         default="pickle",
-        help="how a Parquet or HuggingFace row is stored (default: pickle)",
+        help="how a Parquet or HuggingFace row (or a transform's result) is stored "
+        "(default: pickle)",
     )
     parser.add_argument(
         "--writer-options",
@@ -112,312 +116,155 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace output files that already exist"
     )
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the shard tasks run: local worker processes (default) or Ray",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="K",
+        help="local worker processes (default: the CPU count); with --executor ray and no "
+        "--ray-address, the CPUs of the local Ray cluster",
+    )
+    parser.add_argument(
+        "--ray-address",
+        default=None,
+        metavar="ADDR",
+        help='the Ray cluster to use ("auto", HOST:PORT, ray://...); default: start a local one',
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the shards an earlier run of the same command finished; write the rest",
+    )
+    parser.add_argument(
+        "--transform",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="apply FUNCTION to each record first (MODULE is importable, or a path to a .py file)",
+    )
+    parser.add_argument(
+        "--lengths",
+        default=None,
+        metavar="FIELD",
+        help="also write each record's len(record[FIELD]) beside each shard (SHARD.lengths.npy)",
+    )
 
 
 def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     if args.num_shards < 1:
         parser.error("--num-shards must be >= 1")
+    if args.workers is not None and args.workers < 1:
+        parser.error("--workers must be >= 1")
+    if args.resume and args.overwrite:
+        parser.error("--resume keeps finished shards and --overwrite replaces them: pass one")
+    if args.ray_address is not None and args.executor != "ray":
+        parser.error("--ray-address needs --executor ray")
 
 
-# ---------------------------------------------------------------- finding the input
-
-
-def _detect(src: str, fmt: str) -> tuple[str, list[str]]:
-    """The input's format and its files (the directory itself for a HuggingFace dataset)."""
-    if not os.path.exists(src):
-        raise UsageError(f"no such file or directory: {src}")
-    if not os.path.isdir(src):
-        kind = _SUFFIXES.get(os.path.splitext(src)[1].lower()) if fmt == "auto" else fmt
-        if kind is None:
-            raise UsageError(
-                f"cannot tell the format of {src} from its name: use .jsonl, .json or .parquet, "
-                "a directory of .npy files or of a HuggingFace dataset, or pass --format"
-            )
-        if kind in ("npy", "hf"):
-            raise UsageError(f"--format {kind} reads a directory, and {src} is a file")
-        return kind, [src]
-    if os.path.exists(os.path.join(src, "dataset_dict.json")):
-        splits = sorted(name for name in os.listdir(src) if os.path.isdir(os.path.join(src, name)))
-        example = os.path.join(src, splits[0]) if splits else src
-        raise UsageError(
-            f"{src} holds a HuggingFace DatasetDict (splits: {', '.join(splits)}): "
-            f"convert one split at a time, e.g. {example}"
-        )
-    markers = ("state.json", "dataset_info.json")
-    is_hf = any(os.path.exists(os.path.join(src, name)) for name in markers)
-    if fmt in ("auto", "hf") and is_hf:
-        return "hf", [src]
-    if fmt == "hf":
-        raise UsageError(
-            f"{src} is not a dataset saved by HuggingFace save_to_disk "
-            "(it holds neither state.json nor dataset_info.json)"
-        )
-    by_kind: dict[str, list[str]] = {}
-    for name in sorted(os.listdir(src)):
-        path = os.path.join(src, name)
-        kind = _SUFFIXES.get(os.path.splitext(name)[1].lower())
-        if kind and not name.startswith(".") and os.path.isfile(path):
-            by_kind.setdefault(kind, []).append(path)
-    if fmt != "auto":
-        if fmt not in by_kind:
-            raise UsageError(f"{src} holds no {_FORMAT_NAMES[fmt]} input files")
-        return fmt, by_kind[fmt]
-    if not by_kind:
-        raise UsageError(
-            f"{src} holds no .jsonl, .json, .parquet or .npy files and is not a HuggingFace "
-            "dataset (no dataset_info.json or state.json)"
-        )
-    if len(by_kind) > 1:
-        found = ", ".join(f"{len(files)} {_FORMAT_NAMES[kind]}" for kind, files in by_kind.items())
-        raise UsageError(f"{src} holds inputs of several formats ({found}): pass --format")
-    ((kind, files),) = by_kind.items()
-    return kind, files
-
-
-# ---------------------------------------------------------------- reading records
-
-
-@dataclass
-class _Input:
-    """The records of SRC: how many there are, and a generator of their bytes."""
-
-    count: int
-    records: Callable[[], Iterator[bytes]]
-    read_back: str  # the .map that decodes a record
-
-
-def _json_lines(files: list[str]) -> _Input:
-    count = 0
-    for path in files:
-        with open(path, "rb") as file:
-            count += sum(1 for line in file if line.strip())
-
-    def records() -> Iterator[bytes]:
-        for path in files:
-            with open(path, "rb") as file:
-                for number, line in enumerate(file, 1):
-                    record = line.strip()
-                    if number == 1 and record.startswith(codecs.BOM_UTF8):
-                        record = record[len(codecs.BOM_UTF8) :].strip()
-                    if not record:
-                        continue
-                    try:
-                        json.loads(record)
-                    except ValueError as error:
-                        raise CommandError(
-                            f"line {number} of {path} is not JSON ({error}): each line must "
-                            "hold one JSON value"
-                        ) from None
-                    yield record
-
-    return _Input(count, records, ".map(json.loads)")
-
-
-def _row_encoder(row_format: str) -> Callable[[dict[str, Any], str], bytes]:
-    if row_format == "pickle":
-        return lambda row, where: pickle.dumps(row, protocol=pickle.HIGHEST_PROTOCOL)
-
-    def encode(row: dict[str, Any], where: str) -> bytes:
-        try:
-            return json.dumps(row, ensure_ascii=False, separators=(",", ":")).encode()
-        except (TypeError, ValueError):
-            for column, value in row.items():
-                try:
-                    json.dumps(value)
-                except (TypeError, ValueError):
-                    raise CommandError(
-                        f"{where}: column {column!r} holds {type(value).__name__}, which JSON "
-                        "cannot store: use --row-format pickle"
-                    ) from None
-            raise
-
-    return encode
-
-
-def _import_pyarrow_parquet() -> Any:
+def _load_transform(spec: str) -> Callable[[Any], Any]:
+    """MODULE:FUNCTION, MODULE importable or a .py file (then pickled by value to workers)."""
+    module_name, _, function_name = spec.rpartition(":")
+    if not module_name or not function_name:
+        raise UsageError(f"--transform {spec!r}: expected MODULE:FUNCTION, e.g. mypkg.prep:clean")
     try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise CommandError("reading Parquet needs pyarrow: pip install pyarrow") from None
-    return pq
+        if module_name.endswith(".py"):
+            import cloudpickle  # type: ignore[import-untyped]  # grain-mp's dependency
 
-
-def _parquet(files: list[str], row_format: str) -> _Input:
-    pq = _import_pyarrow_parquet()
-    count = 0
-    for path in files:
-        try:
-            with pq.ParquetFile(path) as table:
-                count += table.metadata.num_rows
-        except Exception as error:
-            raise CommandError(f"{path} is not a readable Parquet file: {error}") from None
-    encode = _row_encoder(row_format)
-
-    def records() -> Iterator[bytes]:
-        for path in files:
-            row_number = 0
-            with pq.ParquetFile(path) as table:
-                for batch in table.iter_batches(batch_size=1024):
-                    for row in batch.to_pylist():
-                        yield encode(row, f"row {row_number} of {path}")
-                        row_number += 1
-
-    return _Input(count, records, f".map({row_format}.loads)")
-
-
-def _huggingface(directory: str, row_format: str) -> _Input:
-    try:
-        import datasets
-    except ImportError:
-        raise CommandError(
-            f"reading {directory} needs HuggingFace datasets: pip install datasets"
-        ) from None
-    try:
-        dataset = datasets.load_from_disk(directory)
-    except Exception as error:
-        raise CommandError(f"cannot load the HuggingFace dataset {directory}: {error}") from None
-    if not isinstance(dataset, datasets.Dataset):
-        raise UsageError(f"{directory} holds a {type(dataset).__name__}: convert one split")
-    encode = _row_encoder(row_format)
-
-    def records() -> Iterator[bytes]:
-        row_number = 0
-        # Arrow tables, not the formatted rows: values as stored (no image decoding).
-        for table in dataset.with_format("arrow").iter(batch_size=1024):
-            for row in table.to_pylist():
-                yield encode(row, f"row {row_number} of {directory}")
-                row_number += 1
-
-    return _Input(len(dataset), records, f".map({row_format}.loads)")
-
-
-def _npy_files(files: list[str]) -> _Input:
-    def records() -> Iterator[bytes]:
-        for path in files:
-            with open(path, "rb") as file:
-                data = file.read()
-            try:
-                np.load(io.BytesIO(data), allow_pickle=False)
-            except ValueError as error:
-                raise CommandError(f"{path} is not a numeric .npy array: {error}") from None
-            yield data
-
-    return _Input(len(files), records, ".map(lambda b: np.load(io.BytesIO(b)))")
-
-
-class _Counted:
-    """The input's records with a length (so shards are contiguous) and a progress bar."""
-
-    def __init__(self, source: _Input, bar: ProgressBar):
-        self._source = source
-        self._bar = bar
-        self.written = 0
-        self.nbytes = 0
-        self.first: bytes | None = None
-        self.last: bytes | None = None
-
-    def __len__(self) -> int:
-        return self._source.count
-
-    def __iter__(self) -> Iterator[bytes]:
-        for record in self._source.records():
-            if self.first is None:
-                self.first = record
-            self.last = record
-            self.written += 1
-            self.nbytes += len(record)
-            self._bar.update(self.written)
-            yield record
-
-
-# ---------------------------------------------------------------- the command
-
-
-def _outputs(dest: str, num_shards: int, overwrite: bool) -> list[str]:
-    if os.path.isdir(dest):
-        raise UsageError(
-            f"{dest} is a directory: pass a base name for the shards, e.g. "
-            f"{os.path.join(dest, 'data')}"
-        )
-    names = (
-        [dest]
-        if num_shards == 1
-        else [f"{dest}-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
-    )
-    existing = [name for name in names if os.path.exists(name)]
-    if existing and not overwrite:
-        raise UsageError(f"{existing[0]} already exists: pass --overwrite to replace it")
-    return names
+            name = "grain_convert_transform_" + os.path.basename(module_name)[:-3]
+            location = importlib.util.spec_from_file_location(name, module_name)
+            if location is None or location.loader is None or not os.path.isfile(module_name):
+                raise ImportError(f"no such file: {module_name}")
+            module = importlib.util.module_from_spec(location)
+            sys.modules[name] = module
+            location.loader.exec_module(module)
+            # Workers cannot import a file by path: its functions travel by value.
+            cloudpickle.register_pickle_by_value(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"--transform {spec!r}: cannot import {module_name}: {error}") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise UsageError(f"--transform {spec!r}: {module_name} has no function {function_name}")
+    return function  # type: ignore[no-any-return]
 
 
 def run(args: argparse.Namespace) -> int:
-    kind, files = _detect(args.src, args.format)
-    outputs = _outputs(args.dest, args.num_shards, args.overwrite)
-    if kind == "jsonl":
-        source = _json_lines(files)
-    elif kind == "parquet":
-        source = _parquet(files, args.row_format)
-    elif kind == "npy":
-        source = _npy_files(files)
-    else:
-        source = _huggingface(files[0], args.row_format)
-    pattern = args.dest if args.num_shards == 1 else f"{args.dest}@{args.num_shards}"
-    if kind == "hf":
-        detail = "saved with save_to_disk"
-    else:
-        detail = f"{len(files)} file" + ("s" if len(files) > 1 else "")
-    print(
-        f"converting {args.src} ({_FORMAT_NAMES[kind]}, {detail}, {source.count:,} records) "
-        f"to {pattern}"
-    )
-    parent = os.path.dirname(os.path.abspath(args.dest))
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as error:
-        raise CommandError(f"cannot make the directory {parent}: {error}") from None
+    transform = _load_transform(args.transform) if args.transform else None
 
-    bar = ProgressBar(source.count, "converting")
-    counted = _Counted(source, bar)
-    start = time.perf_counter()
+    def announce(plan: dict[str, Any]) -> None:
+        kind = plan["settings"]["format"]
+        files = len(plan["files"])
+        if kind == "hf":
+            detail = "saved with save_to_disk"
+        else:
+            detail = f"{files} file" + ("s" if files > 1 else "")
+        pattern = args.dest if args.num_shards == 1 else f"{args.dest}@{args.num_shards}"
+        where = args.executor + (f" at {args.ray_address}" if args.ray_address else "")
+        print(
+            f"converting {args.src} ({FORMAT_NAMES[kind]}, {detail}, "
+            f"{plan['num_records']:,} records) to {pattern} ({where})",
+            flush=True,
+        )
+
     try:
-        write_array_record(
-            counted,
+        result = convert(
+            args.src,
             args.dest,
             num_shards=args.num_shards,
-            options=args.writer_options,
-            progress=False,
+            executor=args.executor,
+            workers=args.workers,
+            ray_address=args.ray_address,
+            resume=args.resume,
+            overwrite=args.overwrite,
+            input_format=args.format,
+            row_format=args.row_format,
+            transform=transform,
+            lengths=args.lengths,
+            writer_options=args.writer_options,
+            on_plan=announce,
         )
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, InputError) as error:
+        raise UsageError(str(error).strip("'\"")) from None
+    except ConversionError as error:
+        raise CommandError(str(error)) from None
     except (ValueError, OSError) as error:
-        raise CommandError(f"writing {pattern} failed: {error}") from None
-    finally:
-        bar.close()
-    seconds = time.perf_counter() - start
-    size = sum(os.path.getsize(name) for name in outputs)
+        raise CommandError(f"writing {args.dest} failed: {error}") from None
+    _print_summary(args, result)
+    return EXIT_OK
+
+
+def _print_summary(args: argparse.Namespace, result: ConversionResult) -> None:
+    outputs = result.shards
     shards = "1 ArrayRecord file" if len(outputs) == 1 else f"{len(outputs)} ArrayRecord shards"
+    kept = len(outputs) - result.written
+    resumed = f" ({kept} kept from an earlier run)" if kept else ""
     print(
-        f"wrote {counted.written:,} records ({format_bytes(counted.nbytes)}) into {shards} "
-        f"({format_bytes(size)} on disk) in {seconds:.2f} s: "
-        f"{format_rate(counted.written / max(seconds, 1e-9), 'records')}"
+        f"wrote {result.num_records:,} records ({format_bytes(result.num_bytes)}) into {shards}"
+        f"{resumed} ({format_bytes(result.disk_bytes)} on disk) in {result.seconds:.2f} s: "
+        f"{format_rate(result.num_records / max(result.seconds, 1e-9), 'records')}"
     )
     for name in outputs[:2] + (["..."] if len(outputs) > 3 else []) + outputs[2:][-1:]:
         print(f"  {name}")
-
     with grain.sources.ArrayRecordDataSource(outputs) as written:
         found = len(written)
-        ends_match = found == 0 or (written[0] == counted.first and written[-1] == counted.last)
-    if not (found == counted.written == source.count and ends_match):
+    if found != result.num_records:
         raise CommandError(
-            f"the input has {source.count:,} records, {counted.written:,} were written and "
-            f"{found:,} read back from {pattern}"
-            + ("" if ends_match else "; the first or last record read back differs")
+            f"the input has {result.num_records:,} records and {found:,} were read back from "
+            f"{result.pattern}"
         )
     print(
         f"read back {found:,} records with grain.sources.ArrayRecordDataSource: "
         "the count matches the input"
     )
+    print(f"manifest: {result.manifest_path} (check it with: grain inspect {result.pattern})")
     print("read them with:")
     print(
         "  grain.MapDataset.source(grain.sources.ArrayRecordDataSource("
-        f"{pattern!r})){source.read_back}"
+        f"{result.pattern!r})){result.read_back}"
     )
-    return EXIT_OK
