@@ -21,6 +21,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 import grain
+from grain import _convert_manifest
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes
 
 SUMMARY = "show the record counts, size, writer options and first records of ArrayRecord files"
@@ -38,7 +39,11 @@ records decoded where their format is recognized:
 
 PATH is a file, a glob ('data/train-*', quoted), a sharded name (data/train@4
 for train-00000-of-00004 ...) or a directory (its files named *array_record*
-or *-NNNNN-of-NNNNN). Records are numbered across all files, in order."""
+or *-NNNNN-of-NNNNN). Records are numbered across all files, in order.
+
+Where grain convert left a manifest beside the files (DEST.manifest.json, or
+PATH itself), every shard is read back and its record count and checksum
+compared with it (exit status 1 if they differ)."""
 
 _SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}$")
 _PREVIEW_CHARS = 160
@@ -62,7 +67,12 @@ def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _files(path: str) -> list[str]:
-    """The ArrayRecord files `path` names (a file, a glob, name@N or a directory)."""
+    """The ArrayRecord files `path` names (a file, a glob, name@N, a directory or a manifest)."""
+    if path.endswith(_convert_manifest.MANIFEST_SUFFIX):
+        try:
+            return _convert_manifest.shard_paths(path, _convert_manifest.load(path))
+        except ValueError as error:
+            raise UsageError(str(error)) from None
     if os.path.isdir(path):
         files = [
             os.path.join(path, name)
@@ -205,10 +215,40 @@ def run(args: argparse.Namespace) -> int:
                 rows.append((path, reader_count, os.path.getsize(path), _writer_options(path)))
         _print_files(rows)
         _print_records(sources, args.num_records)
+        for path in args.paths:
+            _check_manifest(path)
     finally:
         for source in sources:
             source.close()
     return EXIT_OK
+
+
+def _check_manifest(path: str) -> None:
+    """Checks the files against the manifest `grain convert` wrote beside them, if any."""
+    manifest_path = _convert_manifest.find(path)
+    if manifest_path is None:
+        return
+    try:
+        problems = _convert_manifest.check(manifest_path)
+        manifest = _convert_manifest.load(manifest_path)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    if problems:
+        raise CommandError(
+            f"the files do not match {manifest_path}: "
+            + "; ".join(problems[:5])
+            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+        )
+    print(
+        f"manifest {manifest_path}: {len(manifest['shards'])} shards, "
+        f"{manifest['num_records']:,} records, counts and checksums match"
+    )
+    if manifest.get("lengths"):
+        lengths = manifest["lengths"]
+        print(
+            f"lengths ({lengths['of']}): total {lengths['total']:,}, mean {lengths['mean']:.1f}, "
+            f"min {lengths['min']:,}, max {lengths['max']:,}"
+        )
 
 
 def _count(path: str) -> int:

@@ -94,7 +94,10 @@ def _check_shard(shard: dict[str, Any], file: str) -> list[str]:
         return [f"{file} is missing"]
     if os.path.getsize(file) != shard["bytes"]:
         return [f"{file} has {os.path.getsize(file)} bytes, the manifest says {shard['bytes']}"]
-    count, checksum = file_checksum(file)
+    try:
+        count, checksum = file_checksum(file)
+    except (RuntimeError, OSError) as error:  # ArrayRecord reports damage as RuntimeError
+        return [f"cannot read {file}: {error}"]
     problems = []
     if count != shard["records"]:
         problems.append(f"{file} holds {count} records, the manifest says {shard['records']}")

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import hashlib
@@ -172,6 +173,7 @@ def convert(
             )
     finally:
         events.close()
+    _remove_temporaries(finals)
     done = [marker for marker in markers if marker is not None]
     if len(done) != len(finals):
         raise ConversionError(f"{len(finals) - len(done)} shards were not written")
@@ -225,17 +227,23 @@ def _prepare_outputs(dest: str, num_shards: int, resume: bool, overwrite: bool) 
                 f"{existing[0]} already exists: pass --overwrite to replace it (or --resume "
                 "to finish an interrupted conversion)"
             )
-    stale = [manifest] if os.path.exists(manifest) else []
-    for final in finals:
-        # Temporary files of killed tasks; with overwrite, also what marks a shard done.
-        for suffix in ("", MARKER_SUFFIX, LENGTHS_SUFFIX):
-            stale += glob.glob(glob.escape(final + suffix) + ".tmp-*")
-        if overwrite:
-            stale += [final + suffix for suffix in (MARKER_SUFFIX, LENGTHS_SUFFIX)]
-    for path in sorted(set(stale)):
+    stale = [manifest]
+    if overwrite:
+        stale += [final + suffix for final in finals for suffix in (MARKER_SUFFIX, LENGTHS_SUFFIX)]
+    for path in stale:
         if os.path.exists(path):
             os.remove(path)
+    _remove_temporaries(finals)
     return finals
+
+
+def _remove_temporaries(finals: list[str]) -> None:
+    """Removes what killed tasks left: temporary shard, lengths and marker files."""
+    for final in finals:
+        for suffix in ("", MARKER_SUFFIX, LENGTHS_SUFFIX):
+            for path in glob.glob(glob.escape(final + suffix) + ".tmp-*"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
 
 
 def _job(
