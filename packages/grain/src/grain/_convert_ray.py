@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +23,16 @@ from grain._convert_task import run_shard
 INSTALL = "pip install 'grain[ray]'"
 
 
-def import_ray() -> Any:
+def import_ray(local: bool = False) -> Any:
+    """Ray, imported; for a `local` cluster, without its uv hook where Ray is not loaded yet.
+
+    Ray's uv integration (read once, when ray is imported) ships the working
+    directory to workers when the driver runs under `uv run` and starts them
+    with `uv run`: seconds of start-up that a cluster on this same machine,
+    running this same interpreter, does not need.
+    """
+    if local and "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
         import ray
     except ImportError:
@@ -37,33 +47,17 @@ def _task(job: dict[str, Any], shard: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _without_uv_hook() -> Iterator[None]:
-    """Ray's uv integration ships the working directory to workers started with `uv run`:
-    pointless for a cluster on this machine, and it takes seconds, so it is off there."""
-    name = "RAY_ENABLE_UV_RUN_RUNTIME_ENV"
-    saved = os.environ.get(name)
-    os.environ[name] = "0"
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
-
-
-@contextlib.contextmanager
 def connected(address: str | None, num_cpus: int | None) -> Iterator[Any]:
     """Ray, initialized for the run (and shut down after it if this started it)."""
-    ray = import_ray()
+    ray = import_ray(local=address is None)
     if ray.is_initialized():
         yield ray
         return
     options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     try:
         if address is None:
-            with _without_uv_hook():
-                ray.init(num_cpus=num_cpus, include_dashboard=False, **options)
+            # "local": a new cluster, even where a stale address file names another.
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **options)
         else:
             ray.init(address=address, **options)
     except ConnectionError as error:

@@ -1,0 +1,176 @@
+"""grain.convert on a real local Ray cluster: exact shards, identical to the local
+executor's, a killed Ray worker, and a cluster started with `ray start --head`.
+
+One cluster (``ray.init(num_cpus=2)``) serves the module: starting Ray costs
+seconds. The `ray start` test runs its driver as a separate process, as a user
+would, since this process is already connected to the module's cluster.
+"""
+
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+import grain
+from grain.convert import convert
+
+# Before Ray is imported, which reads it once (see RAY_ENV).
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+ray = pytest.importorskip("ray")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+NUM_RECORDS = 200_000
+# Token authentication (on by default for `ray start`) needs a token shared with
+# the driver; the test cluster on localhost does without. The uv hook would ship
+# the work tree to the workers of a cluster on this same machine.
+RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    saved = {name: os.environ.get(name) for name in RAY_ENV}
+    os.environ.update(RAY_ENV)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """The same rows as 4 Parquet files and as 2 JSON lines files."""
+    root = tmp_path_factory.mktemp("corpus")
+    rows = [{"id": i, "text": f"doc {i} " + "ab" * (i % 17)} for i in range(NUM_RECORDS)]
+    (root / "parquet").mkdir()
+    (root / "jsonl").mkdir()
+    quarter = NUM_RECORDS // 4
+    for number in range(4):
+        part = rows[number * quarter : (number + 1) * quarter]
+        pq.write_table(
+            pa.Table.from_pylist(part),
+            root / "parquet" / f"part-{number}.parquet",
+            row_group_size=10_000,
+        )
+    half = NUM_RECORDS // 2
+    for number in range(2):
+        with open(root / "jsonl" / f"part-{number}.jsonl", "w") as file:
+            for row in rows[number * half : (number + 1) * half]:
+                file.write(json.dumps(row) + "\n")
+    return root, rows
+
+
+def _files(result):
+    out = []
+    for path in result.shards:
+        with open(path, "rb") as file:
+            out.append(file.read())
+    return out
+
+
+def _through_a_pipeline(pattern, decode):
+    dataset = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(pattern)).map(decode)
+    return list(dataset.to_iter_dataset())
+
+
+@pytest.mark.timeout(300)
+def test_ray_and_local_write_the_same_exact_shards_from_parquet(ray_cluster, corpus, tmp_path):
+    # JSON lines through Ray: test_a_cluster_started_with_ray_start_at_its_address.
+    root, rows = corpus
+    on_ray = convert(root / "parquet", tmp_path / "ray/train", num_shards=16, executor="ray")
+    local = convert(root / "parquet", tmp_path / "local/train", num_shards=16, workers=2)
+    assert on_ray.written == local.written == 16
+    assert _files(on_ray) == _files(local)
+    assert _through_a_pipeline(on_ray.pattern, pickle.loads) == rows
+    with open(on_ray.manifest_path) as file, open(local.manifest_path) as other:
+        assert json.load(file)["shards"] == json.load(other)["shards"]
+
+
+def _kill_once(flag):
+    def transform(row):
+        if row["id"] == 61_234 and not os.path.exists(flag):
+            with open(flag, "w"):
+                pass
+            os.kill(os.getpid(), signal.SIGKILL)  # the Ray worker process dies mid-shard
+        return row
+
+    return transform
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_ray_worker_is_retried_and_the_result_is_exact(ray_cluster, corpus, tmp_path):
+    root, rows = corpus
+    flag = str(tmp_path / "killed")
+    result = convert(
+        root / "parquet" / "part-1.parquet",  # rows 50 000 to 100 000
+        tmp_path / "out/train",
+        num_shards=16,
+        executor="ray",
+        transform=_kill_once(flag),
+    )
+    assert os.path.exists(flag)
+    assert _through_a_pipeline(result.pattern, pickle.loads) == rows[50_000:100_000]
+    assert not [name for name in os.listdir(tmp_path / "out") if ".tmp-" in name]
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.timeout(300)
+def test_a_cluster_started_with_ray_start_at_its_address(corpus, tmp_path):
+    root, rows = corpus
+    port = _free_port()
+    env = dict(os.environ, **RAY_ENV)
+    ray_command = os.path.join(os.path.dirname(sys.executable), "ray")
+    # Short: Ray's socket paths under it must fit in 107 bytes.
+    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    head = subprocess.Popen(
+        [
+            ray_command, "start", "--head", f"--port={port}", "--num-cpus=2",
+            "--include-dashboard=false", "--disable-usage-stats", "--block",
+            f"--temp-dir={temp_dir}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        for line in head.stdout:  # ready when it says it blocks
+            if "block forever" in line:
+                break
+        convert_command = [
+            sys.executable, "-m", "grain._cli", "convert", str(root / "jsonl"),
+            str(tmp_path / "out/train"), "--num-shards", "16", "--executor", "ray",
+            "--ray-address", f"127.0.0.1:{port}",
+        ]  # fmt: skip
+        done = subprocess.run(
+            convert_command, env=env, capture_output=True, text=True, timeout=240, check=False
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"to {tmp_path / 'out/train'}@16 (ray at 127.0.0.1:{port})" in done.stdout
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        head.stdout.close()
+    assert _through_a_pipeline(f"{tmp_path / 'out/train'}@16", json.loads) == rows
