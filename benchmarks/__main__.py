@@ -91,6 +91,10 @@ SIZES: dict[str, dict[str, list[str]]] = {
     },
 }
 SIZES["latency_memory"] = {"full": ["--size", "60000"], "quick": ["--size", "5000"]}
+SIZES["convert"] = {
+    "full": ["--records", "40000", "--work", "60"],
+    "quick": ["--records", "4000", "--work", "10"],
+}
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory")
 
@@ -162,6 +166,9 @@ TARGETS: dict[str, Target] = {
     ),
     "latency_memory/ar_pipeline_t0@raw_bulk": Target(
         "ratio", ">=", 0.8, ">= 0.8x raw bulk read", "speed issue (3)"
+    ),
+    "convert/*@single": Target(
+        "ratio", ">=", 1.7, ">= 1.7x single process", "cluster conversion issue (22)"
     ),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
@@ -829,6 +836,41 @@ def bench_device_put(ctx: Context) -> list[Row]:
     ]
 
 
+def bench_convert(ctx: Context) -> list[Row]:
+    lines, _ = ctx.run("convert", ctx.sizes("convert"))
+    cases = {line["case"]: line for line in lines}
+    single = cases["single_process"]
+    rows = []
+    for case, line in cases.items():
+        if case.startswith(("local_workers_", "ray_")) and case != "ray_startup":
+            rows.append(
+                Row(
+                    "convert",
+                    case,
+                    "records/s",
+                    line["records_per_s"],
+                    "single",
+                    "single-process converter (same run)",
+                    single["records_per_s"],
+                    ok=line["ok"] and single["ok"],
+                    note=f"{line['mb_per_s']:.2f} MB/s, single {single['mb_per_s']:.2f} MB/s",
+                )
+            )
+    if "ray_startup" in cases:
+        rows.append(
+            Row(
+                "convert",
+                "ray_startup",
+                "s",
+                cases["ray_startup"]["seconds"],
+                higher_is_better=False,
+                ok=cases["ray_startup"]["ok"],
+                note="ray.init(num_cpus=2) and a first task's round trip",
+            )
+        )
+    return rows
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -839,6 +881,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "mp": bench_mp,
     "latency_memory": bench_latency_memory,
     "device_put": bench_device_put,
+    "convert": bench_convert,
 }
 
 PEERS = {
@@ -851,6 +894,7 @@ PEERS = {
     "mp": f"serial, {TORCH}, {UPSTREAM}",
     "device_put": "jax.device_put loop",
     "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",
+    "convert": "single-process converter",
 }
 
 

@@ -128,6 +128,7 @@ def main() -> None:
                 "seconds": round(seconds, 3),
                 "records_per_s": args.records / seconds,
                 "mb_per_s": size / 1e6 / seconds,
+                "load_avg_1min": os.getloadavg()[0],  # the 2-core VM is shared
                 **extra,
             }
             print(json.dumps(line), file=out, flush=True)
