@@ -3,6 +3,7 @@ interrupted driver, every input format, lengths, and bad input."""
 
 import json
 import os
+import pathlib
 import pickle
 import signal
 import subprocess
@@ -27,11 +28,7 @@ def _read_back(pattern):
 
 
 def _shard_bytes(result):
-    out = []
-    for path in result.shards:
-        with open(path, "rb") as file:
-            out.append(file.read())
-    return out
+    return [pathlib.Path(path).read_bytes() for path in result.shards]
 
 
 def _json_lines(directory, rows, files=2, blank_every=997):
@@ -141,30 +138,34 @@ def test_a_killed_worker_loses_only_its_shard_which_is_written_again(tmp_path):
     assert not [name for name in os.listdir(tmp_path / "out") if ".tmp-" in name]
 
 
-_SLOW_TRANSFORM = """
+_GATED_TRANSFORM = """
+import os
 import time
 
-def slow(row):
-    time.sleep(0.0004)
+def gated(row):
+    # Rows from {threshold} on wait for the flag: the first run never gets past them.
+    while row["id"] >= {threshold} and not os.path.exists({flag!r}):
+        time.sleep(0.01)
     return row
 """
 
 
 @pytest.mark.timeout(180)
 def test_an_interrupted_driver_resumes_with_only_the_unfinished_shards(tmp_path):
-    rows = _rows(8000)
+    rows = _rows(8000)  # 500 a shard: shards 0-9 finish, 10-15 wait for the flag
     _json_lines(tmp_path / "in", rows)
-    (tmp_path / "prep.py").write_text(_SLOW_TRANSFORM)
+    flag = tmp_path / "go"
+    (tmp_path / "prep.py").write_text(_GATED_TRANSFORM.format(threshold=5000, flag=str(flag)))
     out = tmp_path / "out"
     command = [
         sys.executable, "-m", "grain._cli", "convert", str(tmp_path / "in"), str(out / "x"),
-        "--num-shards", "16", "--workers", "2", "--transform", f"{tmp_path / 'prep.py'}:slow",
+        "--num-shards", "16", "--workers", "2", "--transform", f"{tmp_path / 'prep.py'}:gated",
     ]  # fmt: skip
     driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and driver.poll() is None:
-            if out.exists() and len([n for n in os.listdir(out) if n.endswith(".done")]) >= 3:
+            if out.exists() and len([n for n in os.listdir(out) if n.endswith(".done")]) >= 10:
                 break
             time.sleep(0.05)
         driver.send_signal(signal.SIGINT)
@@ -175,18 +176,20 @@ def test_an_interrupted_driver_resumes_with_only_the_unfinished_shards(tmp_path)
             driver.wait()
     assert driver.returncode == 130, err
     assert "grain convert: interrupted" in err
-    finished = sorted(n[: -len(".done")] for n in os.listdir(out) if n.endswith(".done"))
-    assert 3 <= len(finished) < 16
+    assert sorted(n for n in os.listdir(out) if n.endswith(".done")) == [
+        f"x-{i:05d}-of-00016.done" for i in range(10)
+    ]
     assert not (out / "x.manifest.json").exists()
     plan = json.loads((out / "x.plan.json").read_text())
     for shard in plan["shards"]:  # whatever holds a final name is a whole shard
         if (out / shard["name"]).exists():
             assert len(_read_back(str(out / shard["name"]))) == shard["stop"] - shard["start"]
+    flag.touch()
     done = subprocess.run(
         [*command, "--resume"], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
-    assert f"({len(finished)} kept from an earlier run)" in done.stdout
+    assert "(10 kept from an earlier run)" in done.stdout
     assert [pickle.loads(r) for r in _read_back(str(out / "x@16"))] == rows
     assert not [name for name in os.listdir(out) if ".tmp-" in name]
 

@@ -8,12 +8,14 @@ would, since this process is already connected to the module's cluster.
 
 import json
 import os
+import pathlib
 import pickle
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -73,11 +75,7 @@ def corpus(tmp_path_factory):
 
 
 def _files(result):
-    out = []
-    for path in result.shards:
-        with open(path, "rb") as file:
-            out.append(file.read())
-    return out
+    return [pathlib.Path(path).read_bytes() for path in result.shards]
 
 
 def _through_a_pipeline(pattern, decode):
@@ -85,6 +83,7 @@ def _through_a_pipeline(pattern, decode):
     return list(dataset.to_iter_dataset())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_ray_and_local_write_the_same_exact_shards_from_parquet(ray_cluster, corpus, tmp_path):
     # JSON lines through Ray: test_a_cluster_started_with_ray_start_at_its_address.
@@ -96,6 +95,71 @@ def test_ray_and_local_write_the_same_exact_shards_from_parquet(ray_cluster, cor
     assert _through_a_pipeline(on_ray.pattern, pickle.loads) == rows
     with open(on_ray.manifest_path) as file, open(local.manifest_path) as other:
         assert json.load(file)["shards"] == json.load(other)["shards"]
+
+
+_GATED_TRANSFORM = """
+import os
+import time
+
+def gated(row):
+    # Rows from {threshold} on wait for the flag: the first run never gets past them.
+    while row["id"] >= {threshold} and not os.path.exists({flag!r}):
+        time.sleep(0.01)
+    return row
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_interrupted_ray_run_is_finished_by_resume_redoing_only_the_rest(corpus, tmp_path):
+    # The driver is its own process (it starts its own local Ray cluster), as a user's is.
+    # Rows 100 000 to 150 000 in 16 shards: shards 0-9 end before row 131 250 and finish;
+    # 10-15 wait for the flag, which only the resumed run has.
+    root, rows = corpus
+    flag = tmp_path / "go"
+    (tmp_path / "prep.py").write_text(_GATED_TRANSFORM.format(threshold=131_250, flag=str(flag)))
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "grain._cli", "convert", str(root / "parquet" / "part-2.parquet"),
+        str(out / "x"), "--num-shards", "16", "--transform", f"{tmp_path / 'prep.py'}:gated",
+    ]  # fmt: skip
+    driver = subprocess.Popen(
+        [*command, "--executor", "ray", "--workers", "2"],
+        env=dict(os.environ, **RAY_ENV),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 200
+        while time.monotonic() < deadline and driver.poll() is None:
+            if out.exists() and len([n for n in os.listdir(out) if n.endswith(".done")]) >= 10:
+                break
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGINT)
+        _, err = driver.communicate(timeout=90)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 130, err[-3000:]
+    assert sorted(n for n in os.listdir(out) if n.endswith(".done")) == [
+        f"x-{i:05d}-of-00016.done" for i in range(10)
+    ]
+    assert not (out / "x.manifest.json").exists()
+    flag.touch()
+    # Both executors write the same bytes, so the local one may finish a Ray run.
+    done = subprocess.run(
+        [*command, "--resume", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(10 kept from an earlier run)" in done.stdout
+    assert _through_a_pipeline(f"{out / 'x'}@16", pickle.loads) == rows[100_000:150_000]
 
 
 def _kill_once(flag):
@@ -131,6 +195,7 @@ def _free_port():
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_cluster_started_with_ray_start_at_its_address(corpus, tmp_path):
     root, rows = corpus
