@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import grain
+from grain import _convert_inputs
 from grain._cli import main
 from grain.convert import ConversionError, convert
 from grain_sources import write_tfrecord
@@ -303,3 +304,25 @@ def test_bad_arguments_name_the_argument(tmp_path):
         convert(tmp_path / "in", tmp_path / "x", num_shards=0)
     with pytest.raises(TypeError, match="`transform` must be a function"):
         convert(tmp_path / "in", tmp_path / "x", transform="upper")
+
+
+@pytest.mark.parametrize("block", [1, 2, 5, 64, 1 << 24])
+def test_the_json_lines_scan_agrees_with_a_line_by_line_count_at_any_block_size(
+    tmp_path, monkeypatch, block
+):
+    monkeypatch.setattr(_convert_inputs, "_BLOCK", block)
+    monkeypatch.setattr(_convert_inputs, "SEEK_STRIDE", 3)
+    text = b'\xef\xbb\xbf{"a":1}\n\n  \n[2]\r\n"x"\n\t\n3\n\xef\xbb\xbf\n4\n5\n \n6\n7'
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(text)
+    expected_seek, count, offset = [], 0, 0
+    for number, line in enumerate(text.split(b"\n"), 1):
+        body = line[3:] if number == 1 and line.startswith(b"\xef\xbb\xbf") else line
+        if body.strip():
+            if count % 3 == 0:
+                expected_seek.append([offset, count, number])
+            count += 1
+        offset += len(line) + 1
+    (entry,) = _convert_inputs.scan("jsonl", [str(path)])
+    assert (entry.records, entry.seek) == (count, expected_seek)
+    assert count == 9  # a BOM that does not open the file is text, not whitespace

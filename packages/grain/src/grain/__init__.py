@@ -1,7 +1,9 @@
 """grain: fast, deterministic, preemption-proof input pipelines for JAX.
 
 Layout: the public namespace only. It re-exports the layers below it and
-defines no behaviour of its own apart from the `grain` command-line tool:
+defines no behaviour of its own apart from the `grain` command-line tool and
+the conversion behind `grain convert` (`grain.convert`, imported on demand;
+its `ray` executor needs the `grain[ray]` extra):
 
   grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
   grain_sources  data sources                                         (built)
