@@ -281,7 +281,7 @@ def _kept_marker(shard: dict[str, Any], final: str) -> dict[str, Any] | None:
     if marker is None or marker.get("hash") != shard["hash"]:
         return None
     try:
-        if os.path.getsize(final) != marker["bytes"]:
+        if os.path.getsize(final) != marker["bytes"] or "record_bytes" not in marker:
             return None
         lengths = marker.get("lengths")
         if lengths and not os.path.exists(os.path.join(os.path.dirname(final), lengths["file"])):
