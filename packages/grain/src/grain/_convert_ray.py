@@ -3,10 +3,10 @@
 Each task runs the same `run_shard` as the local executor, so the bytes of a
 shard do not depend on where it ran. A task whose worker process or node dies
 is retried by Ray (`max_retries`); an error of the data (a bad record) is not
-retried: it fails the run with the task's own message. Ray is connected to
-at `address` (a running cluster, "auto", or ``ray://``), or, without one, a
-local cluster is started for the run and shut down after it; a Ray already
-initialized by the caller is used as it is and left running.
+retried: it fails the run with the task's own message. The driver connects
+to the cluster at `address` (a running cluster, "auto", or ``ray://``), or,
+without one, starts a local cluster for the run and shuts it down after it; a
+Ray already initialized by the caller is used as it is and left running.
 """
 
 from __future__ import annotations

@@ -173,7 +173,8 @@ def convert(
             )
     finally:
         events.close()
-    _remove_temporaries(finals)
+        # Tasks stopped by an error or Ctrl-C may leave temporary files: they are no shard.
+        _remove_temporaries(finals)
     done = [marker for marker in markers if marker is not None]
     if len(done) != len(finals):
         raise ConversionError(f"{len(finals) - len(done)} shards were not written")
