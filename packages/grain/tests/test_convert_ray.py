@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,20 +36,31 @@ NUM_RECORDS = 200_000
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    saved = {name: os.environ.get(name) for name in RAY_ENV}
-    os.environ.update(RAY_ENV)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+@pytest.fixture(scope="module", autouse=True)
+def ray_environment():
+    """RAY_ENV, and a root for Ray's session files (logs) that is removed afterwards."""
+    root = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
+    values = {**RAY_ENV, "RAY_TMPDIR": root}
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        ray.shutdown()
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +137,6 @@ def test_an_interrupted_ray_run_is_finished_by_resume_redoing_only_the_rest(corp
     ]  # fmt: skip
     driver = subprocess.Popen(
         [*command, "--executor", "ray", "--workers", "2"],
-        env=dict(os.environ, **RAY_ENV),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -200,17 +211,12 @@ def _free_port():
 def test_a_cluster_started_with_ray_start_at_its_address(corpus, tmp_path):
     root, rows = corpus
     port = _free_port()
-    env = dict(os.environ, **RAY_ENV)
     ray_command = os.path.join(os.path.dirname(sys.executable), "ray")
-    # Short: Ray's socket paths under it must fit in 107 bytes.
-    temp_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     head = subprocess.Popen(
         [
             ray_command, "start", "--head", f"--port={port}", "--num-cpus=2",
             "--include-dashboard=false", "--disable-usage-stats", "--block",
-            f"--temp-dir={temp_dir}",
         ],
-        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -226,7 +232,7 @@ def test_a_cluster_started_with_ray_start_at_its_address(corpus, tmp_path):
             "--ray-address", f"127.0.0.1:{port}",
         ]  # fmt: skip
         done = subprocess.run(
-            convert_command, env=env, capture_output=True, text=True, timeout=240, check=False
+            convert_command, capture_output=True, text=True, timeout=240, check=False
         )
         assert done.returncode == 0, done.stderr[-3000:]
         assert f"to {tmp_path / 'out/train'}@16 (ray at 127.0.0.1:{port})" in done.stdout
