@@ -8,7 +8,6 @@ import pickle
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -152,7 +151,9 @@ def gated(row):
 
 
 @pytest.mark.timeout(180)
-def test_an_interrupted_driver_resumes_with_only_the_unfinished_shards(tmp_path):
+def test_an_interrupted_driver_resumes_with_only_the_unfinished_shards(
+    tmp_path, interrupt_after_markers
+):
     rows = _rows(8000)  # 500 a shard: shards 0-9 finish, 10-15 wait for the flag
     _json_lines(tmp_path / "in", rows)
     flag = tmp_path / "go"
@@ -162,19 +163,10 @@ def test_an_interrupted_driver_resumes_with_only_the_unfinished_shards(tmp_path)
         sys.executable, "-m", "grain._cli", "convert", str(tmp_path / "in"), str(out / "x"),
         "--num-shards", "16", "--workers", "2", "--transform", f"{tmp_path / 'prep.py'}:gated",
     ]  # fmt: skip
-    driver = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and driver.poll() is None:
-            if out.exists() and len([n for n in os.listdir(out) if n.endswith(".done")]) >= 10:
-                break
-            time.sleep(0.05)
-        driver.send_signal(signal.SIGINT)
-        _, err = driver.communicate(timeout=60)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-            driver.wait()
+    driver = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    err = interrupt_after_markers(driver, out, 10, timeout=120)
     assert driver.returncode == 130, err
     assert "grain convert: interrupted" in err
     assert sorted(n for n in os.listdir(out) if n.endswith(".done")) == [

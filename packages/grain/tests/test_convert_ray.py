@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -123,7 +122,9 @@ def gated(row):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_an_interrupted_ray_run_is_finished_by_resume_redoing_only_the_rest(corpus, tmp_path):
+def test_an_interrupted_ray_run_is_finished_by_resume_redoing_only_the_rest(
+    corpus, tmp_path, interrupt_after_markers
+):
     # The driver is its own process (it starts its own local Ray cluster), as a user's is.
     # Rows 100 000 to 150 000 in 16 shards: shards 0-9 end before row 131 250 and finish;
     # 10-15 wait for the flag, which only the resumed run has.
@@ -142,18 +143,7 @@ def test_an_interrupted_ray_run_is_finished_by_resume_redoing_only_the_rest(corp
         text=True,
         start_new_session=True,
     )
-    try:
-        deadline = time.monotonic() + 200
-        while time.monotonic() < deadline and driver.poll() is None:
-            if out.exists() and len([n for n in os.listdir(out) if n.endswith(".done")]) >= 10:
-                break
-            time.sleep(0.05)
-        driver.send_signal(signal.SIGINT)
-        _, err = driver.communicate(timeout=90)
-    finally:
-        if driver.poll() is None:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+    err = interrupt_after_markers(driver, out, 10, timeout=200)
     assert driver.returncode == 130, err[-3000:]
     assert sorted(n for n in os.listdir(out) if n.endswith(".done")) == [
         f"x-{i:05d}-of-00016.done" for i in range(10)
