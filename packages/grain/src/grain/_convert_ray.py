@@ -47,11 +47,12 @@ def _task(job: dict[str, Any], shard: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def connected(address: str | None, num_cpus: int | None) -> Iterator[Any]:
-    """Ray, initialized for the run (and shut down after it if this started it)."""
+def connected(address: str | None, num_cpus: int | None) -> Iterator[tuple[Any, bool]]:
+    """Ray, initialized for the run, and whether this started it (then it is shut down
+    after the run, which ends the run's tasks)."""
     ray = import_ray(local=address is None)
     if ray.is_initialized():
-        yield ray
+        yield ray, False
         return
     options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     try:
@@ -66,7 +67,7 @@ def connected(address: str | None, num_cpus: int | None) -> Iterator[Any]:
             "`ray start --head`, or leave out --ray-address to start a local one"
         ) from None
     try:
-        yield ray
+        yield ray, True
     finally:
         ray.shutdown()
 
@@ -83,7 +84,7 @@ def run_ray(
     """Runs every shard as a Ray task; ``events.done(index, marker)`` as each finishes."""
     if not shards:
         return
-    with connected(address, workers) as ray:
+    with connected(address, workers) as (ray, ours):
         remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_task)
         job_ref = ray.put(job)
         running = {remote.remote(job_ref, shard): shard for shard in shards}
@@ -94,8 +95,13 @@ def run_ray(
                     shard = running.pop(ref)
                     events.done(shard["index"], _result(ray, ref, shard))
         finally:
-            for ref in running:  # an error or Ctrl-C: stop what is still running
-                ray.cancel(ref, force=True)
+            # An error or Ctrl-C. Our own connection's shutdown ends the job's tasks; a
+            # forced cancel racing a task's completion can abort the driver (seen with
+            # Ray 2.60), so only tasks on a Ray the caller keeps are cancelled, gently.
+            if not ours:
+                for ref in running:
+                    with contextlib.suppress(Exception):
+                        ray.cancel(ref)
 
 
 def _result(ray: Any, ref: Any, shard: dict[str, Any]) -> dict[str, Any]:
