@@ -724,7 +724,7 @@ def _parents_of(iterator: DatasetIterator[Any]) -> tuple[DatasetIterator[Any], .
 
 def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
     """Makes `iterator` and its ancestors share `ctx`, merging their options (and slice) into it."""
-    _parents_of(iterator)
+    _parents_of(iterator)  # a clear error if its __init__ skipped ours
     unguard(iterator)  # a parent is called by its child only, from one thread at a time
     own = iterator.__dict__.get("_ctx")
     if own is ctx:

@@ -23,12 +23,15 @@ turned off (`unguard`), since only its child calls it then, from one thread at
 a time. Statistics hook `__next__` the same way (`set_timer`), and a closed
 iterator's `next()` raises through it. Nothing ever changes an iterator's class:
 `type(iterator)` is the class that created it, and a debugger shows that one.
-The entry costs every stage one more Python call per element (about 0.05
-microseconds on a 2-core VM); the outermost pays one uncontended RLock besides.
-A method that calls its base class's version (``super().__next__()``) goes
-through the guard once: the base class's entry sees it is not the method of the
-instance's class and calls straight through. `serialized` gives other iterator
-classes (the DataLoader's) the same guard.
+The entry costs every stage one more Python call per element, about 0.03
+microseconds (Python 3.11, a 2-core VM): a chain of five iterator stages that
+do almost nothing runs about 10% slower for it, a stage doing real work does
+not notice it. The outermost pays one uncontended RLock besides. A method that
+calls its base class's version (``super().__next__()``) goes through the guard
+once: the base class's entry sees it is not the method of the instance's class
+and calls straight through. The entries are made when the class is: a method
+assigned to the class later has none (and no guard). `serialized` gives other
+iterator classes (the DataLoader's) the same guard.
 
 Closing while another thread waits inside. A `next()` may wait for good: on a
 worker process or a read thread stuck in user code (a transformation that
