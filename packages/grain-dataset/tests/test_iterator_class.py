@@ -259,3 +259,27 @@ def test_options_tracking_keeps_classes():
     for stage in _pipeline_iterators(it):
         _assert_made_by_code(stage)
     assert type(_pipeline_iterators(it)[-1]) is CountIterator
+
+
+def test_a_closed_iterator_stays_closed_when_another_adopts_it():
+    closed = iter(Of(CountIterator, 4))
+    closed.close()
+
+    class Wrap(DatasetIterator):
+        def __init__(self, parent):
+            super().__init__(parent)
+            self._parent = parent
+
+        def __next__(self):
+            return next(self._parent)
+
+        def get_state(self):
+            return self._parent.get_state()
+
+        def set_state(self, state):
+            self._parent.set_state(state)
+
+    wrapper = Wrap(closed)
+    assert type(closed) is CountIterator
+    with pytest.raises(ValueError, match=r"closed iterator \(CountIterator\)"):
+        next(wrapper)

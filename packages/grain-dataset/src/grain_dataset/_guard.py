@@ -237,7 +237,7 @@ def closed_error(iterator: Any) -> ValueError:
 
 def _mark_closed(self: Any) -> None:
     """Makes `self`'s next() raise, if it is an outermost DatasetIterator."""
-    if is_outermost(self):
+    if is_outermost(self) and hasattr(type(self).__next__, _ENTRY_OF):
         self.__dict__[_CLOSED] = True
         _install_next(self)
 
@@ -343,10 +343,10 @@ def _install_next(iterator: Any) -> None:
     """Sets the hook `iterator`'s next() goes through, from what it is now."""
     state = iterator.__dict__
     timer = state.get(_TIMER)
-    if state.get("_call_lock") is None:
-        hook = timer
-    elif state.get(_CLOSED):
+    if state.get(_CLOSED):
         hook = _closed_next
+    elif state.get("_call_lock") is None:
+        hook = timer
     else:
         hook = _GUARDED_NEXT if timer is None else _outermost_next(timer)
     state["_grain_next"] = hook
@@ -368,7 +368,6 @@ def guard(iterator: Any) -> None:
 def unguard(iterator: Any) -> None:
     """Undoes `guard`: `iterator` became another iterator's parent."""
     if iterator.__dict__.pop("_call_lock", None) is not None:
-        iterator.__dict__.pop(_CLOSED, None)
         _install_next(iterator)
 
 
