@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+import grain
 from grain import _cli_demo, _cli_inspect
 from grain._cli import main
 from grain._cli_common import ProgressBar, format_bytes, format_rate, tree_nbytes
@@ -82,6 +83,19 @@ def test_every_command_has_help(capsys, command):
     assert len(out.splitlines()) > 10
 
 
+def test_version_and_an_unknown_option_shows_its_commands_usage(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--version"])
+    assert excinfo.value.code == 0
+    assert capsys.readouterr().out == f"grain {grain.__version__}\n"
+    with pytest.raises(SystemExit) as excinfo:
+        main(["inspect", "x.array_record", "--bogus"])
+    assert excinfo.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: grain inspect ")
+    assert err.splitlines()[-1] == "grain inspect: error: unrecognized arguments: --bogus"
+
+
 def test_interrupt_exits_130_and_an_unforeseen_error_exits_1(capsys, monkeypatch, tmp_path):
     def interrupted(args):
         raise KeyboardInterrupt
@@ -139,7 +153,23 @@ def test_progress_bar_draws_only_on_a_terminal():
     bar = ProgressBar(10, "convert", stream=pipe)
     bar.update(10)
     bar.close()
-    assert pipe.getvalue() == ""
+    assert pipe.getvalue() == ""  # a short run off a terminal prints nothing
+
+
+def test_progress_off_a_terminal_is_a_line_every_few_seconds():
+    pipe = io.StringIO()
+    bar = ProgressBar(10, "  convert", stream=pipe, line_interval_s=0.05)
+    bar.update(1)  # before the first interval: nothing
+    time.sleep(0.06)
+    bar.update(4)
+    bar.update(5)  # within the interval of the last line: nothing
+    bar.close()
+    lines = pipe.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("convert: 4/10 records (40%), ")
+    assert lines[1].startswith("convert: 5/10 records (50%), ")
+    assert "\r" not in pipe.getvalue()
+    assert all(line.endswith(" s") for line in lines)
 
 
 def test_number_formats():
