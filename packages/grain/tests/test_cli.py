@@ -24,6 +24,12 @@ def test_demo_runs_and_passes_its_checks(capsys):
     assert "MB/s" in out
     assert "Orbax step 52" in out  # 156 batches, checkpoint after a third of them
     assert "bottleneck: stage" in out
+    # Waiting on the workers is their work, with a share, not "wait".
+    (workers_row,) = [line for line in out.splitlines() if "  MultiprocessPrefetch" in line]
+    assert "%" in workers_row.split("us", 1)[1]
+    # Faster with workers, or one line saying why not here.
+    assert ("2 workers read" in out) != ("2 workers are slower here" in out)
+    assert "saving the checkpoint" in out
     assert "the remaining 104 batches are identical: True" in out
     assert out.count("same batches as with 2 workers: True") == 2
     assert "epoch 0 shards are disjoint: True" in out
@@ -50,6 +56,18 @@ def test_demo_works_without_jax_or_orbax(capsys, monkeypatch, missing):
 
 
 @pytest.mark.timeout(120)  # worker processes
+def test_the_workers_verdict_says_why_when_they_are_slower():
+    faster = _cli_demo._workers_verdict(40_000, 20_000)
+    assert faster == (
+        "2 workers read 2.0x as fast as this process alone "
+        "(40.0 k records/s against 20.0 k records/s)"
+    )
+    slower = _cli_demo._workers_verdict(10_000, 50_000)
+    assert slower.startswith("2 workers are slower here (10.0 k records/s against 50.0 k")
+    assert "a record takes 20 us" in slower
+    assert "\n" not in slower
+
+
 def test_demo_exits_1_when_a_check_fails(capsys, monkeypatch):
     monkeypatch.setattr(_cli_demo, "_load_jax", lambda: None)
     # A restore that restores nothing: the "continuation" starts from the beginning.

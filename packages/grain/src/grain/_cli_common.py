@@ -67,7 +67,7 @@ class ProgressBar:
 
     def _draw(self, now: float, end: str = "") -> None:
         elapsed = max(now - self._start, 1e-9)
-        rate = format_rate(self._done / elapsed)
+        rate = format_rate(self._done / elapsed, self._unit)
         if self._total and self._terminal:
             width = 30
             filled = min(width, width * self._done // self._total)
