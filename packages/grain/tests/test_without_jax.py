@@ -59,16 +59,15 @@ print(json.dumps({
 """
 
 
-def _run(code):
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def _stdout(code):
+    """What a child interpreter running `code` printed; it must exit with 0."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])
+    return done.stdout
+
+
+def _run(code):
+    return json.loads(_stdout(code).splitlines()[-1])
 
 
 @pytest.mark.timeout(180)
@@ -100,8 +99,4 @@ def test_a_broken_jax_install_is_not_disguised_as_a_missing_extra():
         "except ModuleNotFoundError as error:\n"
         "    print(error.name, 'grain[jax]' in str(error))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["tensorstore", "False"]
+    assert _stdout(code).split() == ["tensorstore", "False"]
