@@ -19,29 +19,29 @@ def _slow(x):
 
 
 def _cheap(x):
-    began = time.perf_counter()
-    while time.perf_counter() - began < 0.0002:  # 0.2 ms of work in this process
-        pass
-    return x
+    return x + 0  # microseconds of work in this process
 
 
 @pytest.mark.timeout(120)
 def test_the_workers_are_named_the_bottleneck_when_they_are():
     options = MultiprocessingOptions(num_workers=2, per_worker_buffer_size=2)
-    ds = MapDataset.range(80).to_iter_dataset().map(_slow).mp_prefetch(options).map(_cheap)
+    ds = MapDataset.range(160).to_iter_dataset().map(_slow).mp_prefetch(options).map(_cheap)
     it = iter(ds)
     first = next(it)  # the start-up (worker processes) is not what is measured
     track_stats(it)
     rest = list(it)
-    assert sorted([first, *rest]) == list(range(80))
+    assert sorted([first, *rest]) == list(range(160))
     stats = it.stats()
     workers, cheap = stats.stages[-2], stats.stages[-1]
     assert workers.name.startswith("MultiprocessPrefetchIterDataset")
     assert workers.waits_on_readers
     assert workers.working
     assert not cheap.waits_on_background
-    # 80 elements of 10 ms over 2 workers: about 0.4 s waited, against 16 ms of _cheap.
-    assert workers.self_ns > 5 * cheap.self_ns
+    # 160 elements of 10 ms over 2 workers: about 0.8 s waited. _cheap's time is an
+    # estimate from one call in 16, which a descheduled sample inflates 16-fold on a
+    # loaded machine: it only has to stay below the workers'.
+    assert workers.self_ns > 0.4e9
+    assert workers.self_ns > cheap.self_ns
     assert stats.bottleneck is workers
     text = str(stats).splitlines()
     assert text[-1].startswith(f"bottleneck: stage {len(stats.stages) - 2} Multiprocess")
