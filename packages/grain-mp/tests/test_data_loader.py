@@ -4,6 +4,7 @@ import itertools
 import json
 import multiprocessing
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -550,6 +551,11 @@ def test_an_operation_error_surfaces_at_its_element_and_stays_there(workers):
     with pytest.raises(KeyError, match="bad record 13") as info:
         next(it)
     assert "FailOn" in "\n".join(getattr(info.value, "__notes__", []))
+    # Shown once, however many layers (workers, the loader) it crossed.
+    shown = "".join(traceback.format_exception(info.value))
+    assert shown.count("bad record 13") == 1, shown
+    assert shown.count("grain: raised by the user function") == 1, shown
+    assert shown.count("frames were removed") == 1, shown
     assert json.loads(it.get_state())["next_step"] == 13
     with pytest.raises(KeyError, match="bad record 13"):
         next(it)

@@ -48,6 +48,14 @@ class StageStats:
     depth: int = 0
     # Its time is the consumer waiting on a background thread or process.
     waits_on_background: bool = False
+    # ... on readers (worker processes, mp_prefetch) whose stages are not tracked
+    # here: that wait is the only measure of their work, so it counts as work.
+    waits_on_readers: bool = False
+
+    @property
+    def working(self) -> bool:
+        """Whether its self time is work (its own, or its untracked readers')."""
+        return self.waits_on_readers or not self.waits_on_background
 
 
 @dataclass
@@ -60,19 +68,20 @@ class PipelineStats:
     def bottleneck(self) -> StageStats | None:
         """The stage with the most self time (None before any element).
 
-        A stage whose time is waiting on a background thread or process is named
-        only if no stage doing work was timed (e.g. every other stage runs in
-        worker processes): the wait overlaps with the work behind it.
+        A stage whose time is waiting on a background thread is named only if no
+        stage doing work was timed: the wait overlaps with the work behind it.
+        Waiting on readers whose stages are not tracked here (mp_prefetch's worker
+        processes) is their work, as this process sees it, and competes.
         """
         timed = [stage for stage in self.stages if stage.self_ns > 0]
-        working = [stage for stage in timed if not stage.waits_on_background]
+        working = [stage for stage in timed if stage.working]
         pool = working or timed
         return max(pool, key=lambda stage: stage.self_ns) if pool else None
 
     def __str__(self) -> str:
         if not self.stages:
             return "no stage is tracked: enable execution tracking before iterating."
-        working = [stage for stage in self.stages if not stage.waits_on_background]
+        working = [stage for stage in self.stages if stage.working]
         total = sum(stage.self_ns for stage in working or self.stages) or 1
         rows = [("#", "stage", "elements", "self ms", "self/elem", "share", "output spec")]
         for number, stage in enumerate(self.stages):
@@ -88,7 +97,7 @@ class PipelineStats:
                     f"{stage.self_ns / 1e6:.2f}",
                     f"{per:.2f} us",
                     "wait"
-                    if stage.waits_on_background and working
+                    if not stage.working and working
                     else f"{100 * stage.self_ns / total:.0f}%",
                     stage.spec,
                 )
@@ -109,7 +118,13 @@ class PipelineStats:
                 f"bottleneck: stage {number} {slowest.name} "
                 f"({100 * slowest.self_ns / total:.0f}% of the pipeline's time)"
             )
-            if slowest.waits_on_background:
+            if slowest.waits_on_readers:
+                line += (
+                    ": the time spent waiting on its workers, which run the stages before it; "
+                    "more workers (with free cores), or cheaper stages there, raise the "
+                    "throughput"
+                )
+            elif slowest.waits_on_background:
                 line += (
                     ": that is the consumer waiting on its background thread or worker "
                     "processes, so the stages before it are slower than the consumer"
@@ -262,6 +277,7 @@ def collect(iterator: Any) -> PipelineStats:
             spec=record.spec,
             depth=depth,
             waits_on_background=is_async,
+            waits_on_readers=getattr(it, "_STATS_READERS_UNTRACKED", False),
         )
         if hasattr(it, "read_cpu_s"):
             stage.waiting_s = it.waited_s

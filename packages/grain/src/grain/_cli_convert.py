@@ -22,6 +22,7 @@ import io
 import json
 import os
 import pickle
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -67,7 +68,19 @@ columns such as encoded images included, which JSON cannot hold; unpickle only
 data you trust. DEST is the output's base name: with --num-shards 1 the file
 DEST, else DEST-00000-of-0000N ..., read by ArrayRecordDataSource("DEST@N").
 Record i of SRC is index i there. A progress bar shows on stderr when it is a
-terminal; the summary goes to stdout."""
+terminal, a progress line every 5 s when it is not; the summary goes to stdout.
+
+Size: with group_size:1 every record is its own ArrayRecord chunk, with about
+70 bytes of headers and index, and a file grows in 64 KiB blocks. Small records
+therefore take several times their size on disk (25-byte JSON lines: about 3x);
+the summary says so when it happens. A larger group_size shrinks that, at the
+cost of decompressing the whole group for each random read."""
+
+# Below this mean size (bytes) a record compressed on its own grows: zstd's frame
+# costs more than it saves (measured on JSON lines of 25, 260 and 2 800 bytes).
+_SMALL_RECORD = 128
+# How much larger than its records a file may be before the summary explains why.
+_OVERHEAD_NOTE = 1.5
 
 _SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".npy": "npy"}
 _FORMAT_NAMES = {
@@ -104,10 +117,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--writer-options",
-        default="group_size:1",
+        default="auto",
         metavar="OPTIONS",
-        help='ArrayRecordWriter options, e.g. "group_size:1,zstd:9" (default: group_size:1, '
-        "which random access needs)",
+        help='ArrayRecordWriter options, e.g. "group_size:1,zstd:9". The default, auto, '
+        "keeps group_size:1 (every record read on its own, which random access needs) and "
+        f"picks the compression from the input: uncompressed for records under "
+        f"{_SMALL_RECORD} bytes on average, where compressing one record at a time only adds "
+        "bytes, else ArrayRecord's zstd:3",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace output files that already exist"
@@ -250,7 +266,7 @@ def _parquet(files: list[str], row_format: str) -> _Input:
             with pq.ParquetFile(path) as table:
                 count += table.metadata.num_rows
         except Exception as error:
-            raise CommandError(f"{path} is not a readable Parquet file: {error}") from None
+            raise UsageError(f"{path} is not a readable Parquet file: {error}") from None
     encode = _row_encoder(row_format)
 
     def records() -> Iterator[bytes]:
@@ -350,6 +366,47 @@ def _outputs(dest: str, num_shards: int, overwrite: bool) -> list[str]:
     return names
 
 
+def _input_bytes(files: list[str]) -> int:
+    """The size of the input files (a directory: every file under it)."""
+    total = 0
+    for path in files:
+        if os.path.isdir(path):
+            for folder, _, names in os.walk(path):
+                total += sum(os.path.getsize(os.path.join(folder, name)) for name in names)
+        else:
+            total += os.path.getsize(path)
+    return total
+
+
+def _writer_options(requested: str, mean_record: float) -> str:
+    """The options to write with: `requested`, or for "auto" the ones that fit the
+    records; a bad value is a usage error, found before anything is written."""
+    options = requested
+    if requested == "auto":
+        options = "group_size:1" + (",uncompressed" if mean_record < _SMALL_RECORD else "")
+    with tempfile.TemporaryDirectory() as scratch:
+        try:
+            write_array_record([], os.path.join(scratch, "probe"), options=options)
+        except ValueError as error:
+            raise UsageError(f"--writer-options {requested!r}: {error}") from None
+    return options
+
+
+def _overhead_note(on_disk: int, nbytes: int, files: int, options: str) -> str | None:
+    """Why the files are much larger than their records, when they are."""
+    if nbytes == 0 or on_disk <= _OVERHEAD_NOTE * nbytes:
+        return None
+    per_record = "every record is its own chunk (about 70 bytes of headers and index)"
+    if "group_size:1," not in f"{options},":
+        per_record = "every group of records has its headers and index"
+    return (
+        f"note: the files are {on_disk / nbytes:.1f}x the size of the records: {per_record}, "
+        f"and each of the {files} file(s) grows in 64 KiB blocks. Fewer shards, or a larger "
+        "group_size in --writer-options (random reads then decompress a whole group), "
+        "make them smaller."
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     kind, files = _detect(args.src, args.format)
     outputs = _outputs(args.dest, args.num_shards, args.overwrite)
@@ -361,6 +418,7 @@ def run(args: argparse.Namespace) -> int:
         source = _npy_files(files)
     else:
         source = _huggingface(files[0], args.row_format)
+    options = _writer_options(args.writer_options, _input_bytes(files) / max(source.count, 1))
     pattern = args.dest if args.num_shards == 1 else f"{args.dest}@{args.num_shards}"
     if kind == "hf":
         detail = "saved with save_to_disk"
@@ -384,7 +442,7 @@ def run(args: argparse.Namespace) -> int:
             counted,
             args.dest,
             num_shards=args.num_shards,
-            options=args.writer_options,
+            options=options,
             progress=False,
         )
     except (ValueError, OSError) as error:
@@ -401,6 +459,10 @@ def run(args: argparse.Namespace) -> int:
     )
     for name in outputs[:2] + (["..."] if len(outputs) > 3 else []) + outputs[2:][-1:]:
         print(f"  {name}")
+    print(f"writer options: {options}")
+    note = _overhead_note(size, counted.nbytes, len(outputs), options)
+    if note:
+        print(note)
 
     with grain.sources.ArrayRecordDataSource(outputs) as written:
         found = len(written)

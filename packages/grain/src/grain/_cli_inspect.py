@@ -40,6 +40,9 @@ PATH is a file, a glob ('data/train-*', quoted), a sharded name (data/train@4
 for train-00000-of-00004 ...) or a directory (its files named *array_record*
 or *-NNNNN-of-NNNNN). Records are numbered across all files, in order."""
 
+# Every ArrayRecord file opens with Riegeli's file signature; its first 8 bytes
+# tell "another format" (a usage error) from "a damaged ArrayRecord file".
+_SIGNATURE = bytes.fromhex("83af70d10d884a3f")
 _SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}$")
 _PREVIEW_CHARS = 160
 _COMPRESSIONS = ("zstd", "brotli", "snappy", "uncompressed")
@@ -88,7 +91,23 @@ def _open(path: str) -> grain.sources.ArrayRecordDataSource:
     except FileNotFoundError as error:
         raise UsageError(str(error)) from None
     except (ValueError, OSError) as error:
+        for file in _files(path):
+            _check_signature(file)
         raise CommandError(str(error)) from None
+
+
+def _check_signature(path: str) -> None:
+    """A usage error when `path` is a file of another format (not a damaged ArrayRecord)."""
+    if not os.path.isfile(path):
+        return
+    with open(path, "rb") as file:
+        head = file.read(len(_SIGNATURE))
+    if head == _SIGNATURE:
+        return
+    hint = ""
+    if path.endswith((".jsonl", ".json", ".parquet", ".npy")):
+        hint = f": write ArrayRecord files from it with `grain convert {path} DEST`"
+    raise UsageError(f"{path} is not an ArrayRecord file{hint}")
 
 
 def _writer_options(path: str) -> str:
