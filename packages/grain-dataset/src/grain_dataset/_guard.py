@@ -343,6 +343,7 @@ def _install_next(iterator: Any) -> None:
     """Sets the hook `iterator`'s next() goes through, from what it is now."""
     state = iterator.__dict__
     timer = state.get(_TIMER)
+    hook: NextHook | None
     if state.get(_CLOSED):
         hook = _closed_next
     elif state.get("_call_lock") is None:
