@@ -526,14 +526,14 @@ class DataLoaderIterator(Iterator[Any]):
         if self._closed:
             raise closed_error(self)
         it = self._iterator()
-        before = it.get_state()
+        before = it.get_state() if self._loader._plan.drops_failing else None
         try:
             return next(it)
         except StopIteration:
             raise
         except BaseException:
             # Stay before the failing element: the next call reads it again.
-            self._saved = SavedPosition(0, before)
+            self._saved = SavedPosition(0, it.get_state() if before is None else before)
             self._drop()
             raise
 

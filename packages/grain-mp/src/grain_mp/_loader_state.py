@@ -50,6 +50,8 @@ _STATE_KEYS = {
 }
 # What only a state of Google's Grain (0.2.x, state version 2) has.
 _GRAIN_KEYS = frozenset({"last_seen_indices", "last_worker_index"})
+# The key of the pipeline's fingerprint in a Dataset iterator's state (docs/checkpointing.md).
+_FINGERPRINT = "grain_fingerprint"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _SEGMENT = re.compile(r"'psm_[0-9a-fA-F]+'")
 _MAX_DESCRIPTION = 1000
@@ -162,8 +164,10 @@ def decode_state(state: Any, identity: dict[str, Any], validate: bool) -> SavedP
             raise ValueError(f"state[{key!r}] must be an integer >= 0, got {value!r}.")
     if version == 1:
         return SavedPosition(state["next_step"], None, state["skip"], state["replay"])
-    if not isinstance(state["pipeline"], dict):
+    pipeline = state["pipeline"]
+    if not isinstance(pipeline, dict) or not isinstance(pipeline.get(_FINGERPRINT), str):
         raise ValueError(
-            f"state['pipeline'] must be the pipeline's state, a dict, got {state['pipeline']!r}."
+            "state['pipeline'] must be the pipeline's state, a dict with its "
+            f"{_FINGERPRINT!r} (every version-2 state has one), got {pipeline!r:.300}."
         )
     return SavedPosition(state["next_step"], state["pipeline"])

@@ -339,6 +339,17 @@ class Plan:
         return self.fan_out.max_fan_out if self.fan_out is not None else self.chunk_size
 
     @property
+    def drops_failing(self) -> bool:
+        """Whether the tail has a stage that goes past an element its function fails on.
+
+        The IterDataset map, filter and flat map do; the other stages stay
+        before it (the worker side's reading, a batch), or restore to a point
+        before it (a record operation's stage), so their state after an error
+        is where the loader resumes.
+        """
+        return any(isinstance(op, ElementStep | FlatMapStep) for op in self.tail)
+
+    @property
     def may_replay(self) -> bool:
         """Whether the tail holds a flat map or record operation (a version-1 state replays)."""
         return any(isinstance(op, FlatMapStep | RecordsStep) for op in self.tail)
