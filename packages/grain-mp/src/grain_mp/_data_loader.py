@@ -408,17 +408,16 @@ class DataLoader:
     def _fresh_state(self, iterator: Any, saved: SavedPosition) -> dict[str, Any]:
         """The pipeline's state with every parent-side stage fresh at a version-1 position.
 
-        A fresh iterator's state has that shape (its stages are all fresh): its
-        positions' state is replaced by the unit, and the `Unpack` flat map's
-        (right above it, with list units) by the items to skip.
+        A fresh iterator's state has that shape (its stages are all fresh): the
+        state of its positions, at the bottom, is replaced by the version-1 one.
         """
         state = iterator.get_state()
-        chain = [state]
-        while "parent" in chain[-1]:
-            chain.append(chain[-1]["parent"])
-        chain[-1]["next_index"] = -(-saved.next_step // self._plan.steps_per_unit)
+        positions = state
+        while "parent" in positions:
+            positions = positions["parent"]
+        positions["next_index"] = -(-saved.next_step // self._plan.steps_per_unit)
         if self._plan.list_units:
-            chain[-2]["emitted"] = saved.skip
+            positions["emitted"] = saved.skip
         return state
 
 

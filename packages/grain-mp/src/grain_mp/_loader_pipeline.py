@@ -4,8 +4,8 @@
 
     SamplerSourceMapDataset         position k reads data_source[sampler[k].record_key]
     -> worker-side operations       MapDataset stages: one unit per position
-    -> LoaderPositionsIterDataset   to_iter_dataset (+ mp_prefetch with workers)
-    -> Unpack                       flat map of list units (chunks, flat-map outputs)
+    -> LoaderPositionsIterDataset   to_iter_dataset (+ mp_prefetch with workers), the
+                                    items of list units (chunks, flat-map outputs)
     -> parent-side operations       IterDataset batch, map, filter, flat map, and
                                     RecordOperationIterDataset for record operations
     -> the Records' data            when the parent side carries Records
@@ -29,11 +29,11 @@ from grain_dataset import (
 )
 from grain_mp._loader_positions import LoaderPositionsIterDataset
 from grain_mp._operations import (
+    AsFlatMap,
     BatchStep,
     FlatMapStep,
     Plan,
     RecordsStep,
-    Unpack,
     as_list,
     strip_metadata,
 )
@@ -72,14 +72,14 @@ def build_pipeline(
     options: MultiprocessingOptions,
 ) -> IterDataset[Any]:
     """The whole loader over `units` (from `build_units`), as an IterDataset."""
-    ds: IterDataset[Any] = LoaderPositionsIterDataset(units, read_options, options)
-    if plan.list_units:
-        ds = FlatMapIterDataset(ds, Unpack(plan.unit_size))
+    ds: IterDataset[Any] = LoaderPositionsIterDataset(
+        units, read_options, options, lists=plan.list_units
+    )
     for op in plan.tail:
         if isinstance(op, BatchStep):
             ds = ds.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op)
         elif isinstance(op, FlatMapStep):
-            ds = FlatMapIterDataset(ds, Unpack(op.max_fan_out, op))
+            ds = FlatMapIterDataset(ds, AsFlatMap(op))
         elif isinstance(op, RecordsStep):
             ds = RecordOperationIterDataset(ds, op)
         elif op.kind == "filter":

@@ -22,7 +22,7 @@ a filter cannot be formed per position, so the worker side groups the positions
 it hands over: `unit` is "chunk" (a list of the surviving items of `chunk_size`
 consecutive positions, one message per chunk instead of one per element) or
 "fan_out" (the list of a flat map's outputs for one position), and the parent
-flattens the lists (a flat map, `Unpack`) before the tail.
+flattens the lists before the tail (`grain_mp._loader_positions`).
 
 Records: transforms see the record data only. When an operation needs the
 record's metadata (a RandomMapTransform its `rng`, a MapWithIndex its `index`, a
@@ -198,23 +198,18 @@ class FlatMapStep:
         return f"FlatMapStep({self.__qualname__})"
 
 
-class Unpack(FlatMapTransform):
-    """The list ``split(item)`` as a flat map (without `split`: the items of a list unit).
+class AsFlatMap(FlatMapTransform):
+    """A `FlatMapStep` as the FlatMapTransform of an IterDataset flat map (the parent side's)."""
 
-    The parent side's flat maps: a `FlatMapStep`, or the unpacking of the list
-    units (see `Plan.unit`).
-    """
-
-    def __init__(self, max_fan_out: int, split: FlatMapStep | None = None):
-        self.max_fan_out = max_fan_out
-        self.split = split
+    def __init__(self, step: FlatMapStep):
+        self.max_fan_out = step.max_fan_out
+        self.step = step
 
     def flat_map(self, element: Any) -> Sequence[Any]:
-        return element if self.split is None else self.split(element)
+        return self.step(element)
 
     def __repr__(self) -> str:
-        inner = "" if self.split is None else f"{self.split.__qualname__}, "
-        return f"Unpack({inner}max_fan_out={self.max_fan_out})"
+        return f"AsFlatMap({self.step.__qualname__})"
 
 
 class RecordsStep:
@@ -332,11 +327,6 @@ class Plan:
     @property
     def list_units(self) -> bool:
         return self.unit != "item"
-
-    @property
-    def unit_size(self) -> int:
-        """The most items a list unit holds."""
-        return self.fan_out.max_fan_out if self.fan_out is not None else self.chunk_size
 
     @property
     def drops_failing(self) -> bool:
