@@ -38,33 +38,35 @@ class NotMultipleOf3(FilterTransform):
         return element % 3 != 0
 
 
-class Repeat(FlatMapTransform):
-    """Element x becomes x % 3 copies of x (0 copies: it disappears)."""
+class Echo(FlatMapTransform):
+    """Odd x becomes x and x + 100; even x disappears."""
 
     max_fan_out = 2
 
     def flat_map(self, element):
-        return [element] * (element % 3)
+        return [element, element + 100] if element % 2 else []
 
 
-class Unbatch(FlatMapTransform):
-    """A batch of 2 becomes its first `batch[0] % 3` elements: 0, 1 or 2 outputs."""
+class Halves(FlatMapTransform):
+    """A batch [a, b] becomes [a, b] when 3 does not divide a + b, else [b] ([a] alone: [a])."""
 
     max_fan_out = 2
 
     def flat_map(self, element):
-        return list(element)[: int(element[0]) % 3]
+        values = [int(x) for x in element]
+        return values if sum(values) % 3 else values[-1:]
 
 
-class Pairs:
-    """Two records in, one out, with the second one's metadata; an odd last one is dropped."""
+class Triples:
+    """Three records in, their sum out with the third one's metadata; a short tail is dropped."""
 
     def __call__(self, records):
-        records = iter(records)
-        for first in records:
-            second = next(records, None)
-            if second is not None:
-                yield Record(second.metadata, first.data * 1000 + second.data)
+        group = []
+        for record in records:
+            group.append(record)
+            if len(group) == 3:
+                yield Record(record.metadata, sum(r.data for r in group))
+                group = []
 
 
 class Tokens:
@@ -84,9 +86,9 @@ PIPELINES = {
     "plain": [],
     "map_batch": [Double(), Batch(5)],
     "filter_batch": [NotMultipleOf3(), Batch(4)],
-    "flat_map_batch": [Repeat(), Batch(3)],
-    "batch_flat_map": [NotMultipleOf3(), Batch(2), Unbatch(), Batch(3)],
-    "pairs_after_filter_batch": [NotMultipleOf3(), Batch(2), Pairs()],
+    "flat_map_batch": [Echo(), Batch(3)],
+    "batch_flat_map": [NotMultipleOf3(), Batch(2), Halves(), Batch(3)],
+    "triples_after_filter_batch": [NotMultipleOf3(), Batch(2), Triples()],
     "pack_and_batch": [PackAndBatchOperation({"tokens": 8}, batch_size=3)],
 }
 
@@ -125,7 +127,7 @@ def test_the_fixture_covers_mid_unit_positions_and_replays():
     assert any(state["replay"] > 0 for state in states)
     assert {k for k, points in cases.items() if any(c["state"]["replay"] for c in points)} >= {
         "batch_flat_map",
-        "pairs_after_filter_batch",
+        "triples_after_filter_batch",
         "pack_and_batch",
     }
 
@@ -169,7 +171,7 @@ def _write_fixture():  # pragma: no cover - run by hand with the old code, see t
         chosen = {p["point"]: p for p in special + ends}
         cases[name] = [chosen[k] for k in sorted(chosen)]
     FIXTURE.parent.mkdir(exist_ok=True)
-    FIXTURE.write_text(json.dumps(cases, indent=1) + "\n")
+    FIXTURE.write_text(json.dumps(cases) + "\n")
 
 
 if __name__ == "__main__":
