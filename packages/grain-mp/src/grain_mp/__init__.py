@@ -7,8 +7,10 @@ merges their outputs round robin with an exact state; `_transport` moves
 elements' numpy arrays through reused shared memory; `_shm_array` is the public
 SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs;
 `_autotune` picks worker and buffer sizes from a measured sample; `_data_loader`
-and `_operations` build the DataLoader on the Dataset API, `_tail` runs its
-parent-side operations, `_loader_state` is its checkpoint format, `_record_ops`
+is the DataLoader, `_operations` plans which of its operations run in the
+workers, `_loader_pipeline` builds it as one Dataset pipeline (with
+`_loader_positions` reading its positions and `_record_stage` running record
+operations), `_loader_state` is its checkpoint format, `_record_ops`
 and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
 `_multithread` is mp_prefetch's slicing and round robin with threads.
 
