@@ -28,13 +28,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions
-from grain_dataset.extension import OutOfRangeError, check_state
+from grain_dataset import MapDataset, ReadOptions
+from grain_dataset.extension import (
+    IterStage,
+    OutOfRangeError,
+    StageIterator,
+    check_state,
+    iterator_of,
+)
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._round_robin import round_robin_state
 
 
-class LoaderPositionsIterDataset(IterDataset[Any]):
+class LoaderPositionsIterDataset(IterStage):
     """The units of `units` that are not None, read in `options.num_workers` processes.
 
     Example::
@@ -66,18 +72,14 @@ class LoaderPositionsIterDataset(IterDataset[Any]):
     def _fingerprint_token(self) -> str | None:
         return "to_iter"
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _PositionsIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return f"LoaderPositionsIterDataset(worker_count={self._workers}, lists={self._lists})"
+    def _describe(self) -> str:
+        return f"worker_count={self._workers}, lists={self._lists}"
 
 
-class _PositionsIterator(DatasetIterator[Any]):
-    def __init__(self, dataset: LoaderPositionsIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+@iterator_of(LoaderPositionsIterDataset)
+class _PositionsIterator(StageIterator):
+    def __init__(self, dataset: LoaderPositionsIterDataset, parent: Any):
+        super().__init__(dataset, parent)
         self._lists = dataset._lists
         self._next = 0  # positions consumed
         self._items: Any = ()  # with lists: the unit being handed on, and how far

@@ -28,8 +28,8 @@ import collections
 from collections.abc import Iterator
 from typing import Any
 
-from grain_dataset import DatasetIterator, IterDataset
-from grain_dataset.extension import check_state
+from grain_dataset import IterDataset
+from grain_dataset.extension import IterStage, StageIterator, check_state, iterator_of
 from grain_mp._operations import RecordsStep
 
 # Input states remembered for the lookups; past this, old ones are forgotten
@@ -37,7 +37,7 @@ from grain_mp._operations import RecordsStep
 _MAX_PULLED = 1 << 16
 
 
-class RecordOperationIterDataset(IterDataset[Any]):
+class RecordOperationIterDataset(IterStage):
     """The Records `step.operation` yields from the parent's Records (see the module doc)."""
 
     def __init__(self, parent: IterDataset[Any], step: RecordsStep):
@@ -47,18 +47,14 @@ class RecordOperationIterDataset(IterDataset[Any]):
     def _fingerprint_token(self) -> str | None:
         return "record_operation"
 
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _RecordOperationIterator(self, iter(self._parents[0]))
-
-    def __repr__(self) -> str:
-        return f"RecordOperationIterDataset({self._step.__qualname__})"
+    def _describe(self) -> str:
+        return self._step.__qualname__
 
 
-class _RecordOperationIterator(DatasetIterator[Any]):
-    def __init__(self, dataset: RecordOperationIterDataset, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._dataset = dataset
-        self._parent = parent
+@iterator_of(RecordOperationIterDataset)
+class _RecordOperationIterator(StageIterator):
+    def __init__(self, dataset: RecordOperationIterDataset, parent: Any):
+        super().__init__(dataset, parent)
         self._restart(parent.get_state(), 0)
 
     def _restart(self, clean: Any, replay: int) -> None:
