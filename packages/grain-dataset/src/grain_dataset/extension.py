@@ -27,6 +27,10 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                stages (those it creates later included) read the worker's
                slice of the positions; other pipelines of the process read
                everything.
+  fingerprint  pipeline_fingerprint(dataset): the text a state carries under
+               "grain_fingerprint"; remember_dataset(iterator, dataset): an
+               iterator not made by ``iter(dataset)`` (ElasticIterator) gets
+               its dict states stamped and checked like any other.
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
                Orbax-shaped save_coroutine / load_coroutine. grain-jax's
@@ -45,6 +49,8 @@ from grain_dataset._base import INFINITE as INFINITE
 from grain_dataset._base import register as register
 from grain_dataset._errors import OutOfRangeError as OutOfRangeError
 from grain_dataset._errors import WrongTypeError as WrongTypeError
+from grain_dataset._fingerprint import fingerprint as pipeline_fingerprint
+from grain_dataset._fingerprint import remember_dataset as remember_dataset
 from grain_dataset._guard import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
 from grain_dataset._guard import POLL_S as POLL_S
 from grain_dataset._guard import add_lock as add_lock
@@ -75,8 +81,10 @@ __all__ = [
     "interrupt",
     "iter_worker_slice",
     "load_coroutine",
+    "pipeline_fingerprint",
     "read_state_into",
     "register",
+    "remember_dataset",
     "save_coroutine",
     "serialized",
     "state_to_text",

@@ -1,9 +1,4 @@
-"""grain.experimental: APIs that may still change.
-
-`ElasticIterator` (resuming on a different number of hosts) is not here yet:
-the name raises an AttributeError that says so, rather than being silently
-missing or half-working.
-"""
+"""grain.experimental: APIs that may still change."""
 
 from typing import Any as _Any
 
@@ -49,6 +44,7 @@ from grain_dataset import without_fingerprint as without_fingerprint
 from grain_index import index_shuffle as index_shuffle
 from grain_jax import device_put as device_put
 from grain_jax import make_global_batch as make_global_batch
+from grain_mp import ElasticIterator as ElasticIterator
 from grain_mp import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp import PerformanceConfig as PerformanceConfig
 from grain_mp import multithread_prefetch as multithread_prefetch
@@ -61,6 +57,7 @@ __all__ = [
     "CachedMapDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
+    "ElasticIterator",
     "ExecutionTrackingMode",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
@@ -103,11 +100,4 @@ __all__ = [
 
 
 def __getattr__(name: str) -> _Any:
-    if name == "ElasticIterator":
-        raise AttributeError(
-            "grain.experimental.ElasticIterator is not available in this version: resuming "
-            "a checkpoint on a different number of hosts or workers is being built (elastic "
-            "resume). Until then restore with the same shard count, or use Grain's own "
-            "ElasticIterator."
-        )
     raise AttributeError(f"module 'grain.experimental' has no attribute {name!r}")
