@@ -237,7 +237,7 @@ class ElasticIterator(DatasetIterator[Any]):
             raise TypeError(f"each old shard's state must be a dict, got {type(state).__name__}.")
         if _FINGERPRINT not in state:
             warnings.warn(
-                "restored an ElasticIterator state without a pipeline fingerprint: nothing "
+                "restored a state without a pipeline fingerprint into ElasticIterator: nothing "
                 "checked that it comes from this pipeline. Save a new checkpoint to get one.",
                 UnverifiedStateWarning,
                 stacklevel=4,

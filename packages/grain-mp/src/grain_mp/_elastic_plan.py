@@ -14,9 +14,10 @@ looked at: the new leftovers number about ``M * (max(taken) - min(taken))``,
 whatever the length of the run, and the frontier moves past the band. States
 are therefore bounded after any number of resizes.
 
-Leftovers are stored as arithmetic runs ``[start, step, count]``: the band left
-by old shard s is one run of step M (they are ordered old shard by old shard),
-so a plan costs about three integers per old shard.
+Leftovers are stored as arithmetic runs ``[start, step, count]``: the fresh
+band left by old shard s is one run of step M (they are ordered old shard by
+old shard, after the leftovers still owed, which keep their order and so
+their runs), so a plan costs a few integers per old shard.
 """
 
 from __future__ import annotations
@@ -96,11 +97,11 @@ def replan(plan: Plan, taken: Sequence[int]) -> Plan:
     entries = np.arange(low, end, dtype=np.int64)
     shard, row = entries % count, entries // count
     free = entries[row >= took[shard]]
-    free = free[np.lexsort((free // count, free % count))]  # old shard by old shard
-    positions = np.where(
-        free < len(owed),
-        owed[np.minimum(free, max(len(owed) - 1, 0))] if len(owed) else 0,
-        plan.frontier + free - len(owed),
-    )
+    # Owed entries keep their order (their runs stay whole but for what was taken); fresh
+    # ones go old shard by old shard, one run of step `count` each.
+    again = owed[free[free < len(owed)]]
+    fresh = free[free >= len(owed)]
+    fresh = fresh[np.lexsort((fresh // count, fresh % count))]
+    positions = np.concatenate([again, plan.frontier + fresh - len(owed)])
     frontier = plan.frontier + max(0, end - len(owed))
     return Plan(frontier=frontier, leftovers=positions.astype(np.int64))
