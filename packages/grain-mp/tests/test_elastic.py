@@ -315,3 +315,59 @@ def test_replan_owes_exactly_what_no_shard_took(taken, owed):
     horizon = set(owed) | set(range(2000, new.frontier))
     assert again | took >= horizon
     assert again <= horizon
+
+
+def _streams(ds, count, batch, workers, states=None, steps=None):
+    iterators = _iterators(ds, count, batch, workers=workers, threads=2)
+    if states is not None:
+        for it in iterators:
+            it.set_state(states)
+    out = collections.defaultdict(list)
+    try:
+        new_states = _run(iterators, steps, out)
+    finally:
+        for it in iterators:
+            it.close()
+    return dict(out), new_states
+
+
+@pytest.mark.timeout(180)
+def test_the_output_does_not_depend_on_the_number_of_workers():
+    ds = _pipeline(11, 90, mix=2)
+    reference, _ = _streams(ds, 2, 3, workers=0)
+    for workers in (1, 2, 4):
+        assert _streams(ds, 2, 3, workers=workers)[0] == reference
+
+
+@pytest.mark.timeout(180)
+def test_a_checkpoint_with_w_workers_restores_with_v_on_another_shard_count():
+    ds = _pipeline(12, 120, 0.6)
+    first, states = _streams(ds, 3, 2, workers=2, steps=3)
+    rest = {
+        workers: _streams(ds, 2, 3, workers=workers, states=states)[0] for workers in (0, 1, 4)
+    }
+    assert rest[0] == rest[1] == rest[4]
+    delivered = [x for s in first.values() for x in s] + [x for s in rest[0].values() for x in s]
+    _check_exactly_once(ds, delivered, 2, 3)
+
+
+def test_load_reads_every_old_process_file_on_another_process_count(tmp_path):
+    import asyncio
+
+    from grain_dataset.extension import state_to_text, write_state
+
+    ds = _pipeline(13, 80, 0.5)
+    iterators = _iterators(ds, 3, 2)
+    out = collections.defaultdict(list)
+    states = _run(iterators, 2, out)
+    for index, it in enumerate(iterators):
+        write_state(tmp_path, state_to_text(it.get_state(), it), (index, 3))
+    single = _iterators(ds, 1, 1)[0]  # this process is 0 of 1: its own file is missing
+    asyncio.run(single.load(tmp_path))
+    rest = [x for batch in single for x in batch.tolist()]
+    delivered = [x for s in out.values() for x in s] + rest
+    _check_exactly_once(ds, delivered, 1, 1)
+    assert sorted(delivered) == sorted(ds)
+    (tmp_path / "process_1-of-3.json").unlink()
+    with pytest.raises(FileNotFoundError, match="process_1-of-3.json is missing"):
+        asyncio.run(_iterators(ds, 1, 1)[0].load(tmp_path))

@@ -33,7 +33,9 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                its dict states stamped and checked like any other.
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
-               Orbax-shaped save_coroutine / load_coroutine. grain-jax's
+               Orbax-shaped save_coroutine / load_coroutine. An iterator class
+               with ``_restores_from_all_shards = True`` is given the list of
+               all old processes' states when its own file is missing. grain-jax's
                CheckpointHandler and `DatasetIterator.save/load` share them, so
                a checkpoint written by one is read by the other.
 

@@ -118,6 +118,10 @@ class ElasticIterator(DatasetIterator[Any]):
         it2.set_state(states)  # continues where the 4 shards stopped
     """
 
+    # The Orbax handler and `load` pass the states of all old processes when this
+    # process's own file is missing (another process count): see grain_dataset.extension.
+    _restores_from_all_shards = True
+
     def __init__(
         self,
         ds: MapDataset[Any],
