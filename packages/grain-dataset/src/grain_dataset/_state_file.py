@@ -220,9 +220,10 @@ def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any
     checkpoint of a pipeline of another shape) raises a ValueError naming the
     file and what did not fit.
     """
-    if getattr(owner, ALL_SHARDS, False) and not (
-        as_path(directory) / state_file_name(*process)
-    ).exists():
+    if (
+        getattr(owner, ALL_SHARDS, False)
+        and not (as_path(directory) / state_file_name(*process)).exists()
+    ):
         path, state = _all_process_states(directory, owner)
     else:
         path = state_file(directory, *process)
