@@ -369,3 +369,99 @@ def test_load_reads_every_old_process_file_on_another_process_count(tmp_path):
     (tmp_path / "process_1-of-3.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"process_1-of-3\.json is missing"):
         asyncio.run(_iterators(ds, 1, 1)[0].load(tmp_path))
+
+
+def _tokens(x):
+    # Every token of element x is x + 1 (0 is padding): the packed rows tell who is in them.
+    return {"tokens": np.full(1 + x % 5, x + 1, dtype=np.int32)}
+
+
+def _packing():
+    from grain_dataset import FirstFitPackIterDataset
+
+    return functools.partial(FirstFitPackIterDataset, length_struct={"tokens": 8})
+
+
+def _packed_run(ds, count, batch, states=None, steps=None, workers=0):
+    mp = MultiprocessingOptions(num_workers=workers) if workers else None
+    iterators = [
+        ElasticIterator(
+            ds,
+            count * batch,
+            ShardOptions(index, count),
+            read_options=ReadOptions(num_threads=0),
+            multiprocessing_options=mp,
+            packing=_packing(),
+        )
+        for index in range(count)
+    ]
+    tokens = []
+    alive = set(range(count))
+    step = 0
+    try:
+        for it in iterators:
+            if states is not None:
+                it.set_state(states)
+        while alive and (steps is None or step < steps):
+            for index in sorted(alive):
+                try:
+                    rows = next(iterators[index])["tokens"]
+                except StopIteration:
+                    alive.discard(index)
+                    continue
+                assert rows.shape == (batch, 8)
+                tokens.extend(rows[rows > 0].tolist())
+            step += 1
+        return tokens, [it.get_state() for it in iterators]
+    finally:
+        for it in iterators:
+            it.close()
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 1000),
+    kind=st.sampled_from(["plain", "filter", "mix"]),
+    generations=st.lists(
+        st.tuples(st.integers(1, 4), st.integers(1, 4), st.integers(0, 4)), min_size=1, max_size=3
+    ),
+)
+def test_packing_delivers_every_token_exactly_once_across_resizes(seed, kind, generations):
+    ds = _pipeline(seed, 90, 0.5 if kind == "filter" else None, 2 if kind == "mix" else 0)
+    ds = ds.map(_tokens)
+    delivered, states = [], None
+    for count, batch, steps in generations:
+        tokens, states = _packed_run(ds, count, batch, states, steps)
+        delivered.extend(tokens)
+    # One bin per shard and step at the end: the last group is never a partial batch.
+    tokens, _ = _packed_run(ds, generations[-1][0], 1, states)
+    delivered.extend(tokens)
+    epoch = collections.Counter(t for element in ds for t in element["tokens"].tolist())
+    assert collections.Counter(delivered) == epoch
+
+
+@pytest.mark.timeout(180)
+def test_packing_does_not_depend_on_the_number_of_workers():
+    ds = _pipeline(21, 80, 0.6).map(_tokens)
+    reference = _packed_run(ds, 2, 3)[0]
+    assert _packed_run(ds, 2, 3, workers=2)[0] == reference
+    first, states = _packed_run(ds, 3, 2, steps=2, workers=2)
+    assert _packed_run(ds, 2, 2, states)[0] == _packed_run(ds, 2, 2, states, workers=1)[0]
+
+
+def test_packing_must_use_the_bins_it_is_given():
+    from grain_dataset import FirstFitPackIterDataset
+
+    def wrong(elements, num_packing_bins):
+        return FirstFitPackIterDataset(
+            elements, length_struct={"tokens": 8}, num_packing_bins=num_packing_bins + 1
+        )
+
+    ds = MapDataset.range(50).map(_tokens)
+    it = ElasticIterator(ds, 2, ShardOptions(0, 1), packing=wrong)
+    with pytest.raises(ValueError, match="num_packing_bins it is given"):
+        for _ in it:
+            pass
+    it = ElasticIterator(ds, 2, ShardOptions(0, 1), packing=lambda e, num_packing_bins: e)
+    with pytest.raises(TypeError, match="packing IterDataset over the dataset"):
+        next(it)

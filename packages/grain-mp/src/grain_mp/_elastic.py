@@ -6,29 +6,37 @@ the index math is `grain_mp._elastic_plan`.
 How a shard reads. Its positions (`Plan.shard_positions`) become a MapDataset
 made of public slices of the user's dataset: ``concatenate([ds.slice(owed),
 ds[first_fresh::M]])[taken:]``. Read in this process it is
-``to_iter_dataset(read_options).batch(b, drop_remainder=True)``, the plain
-pipeline's own stages, and `taken` is the read-ahead's next index
-(`get_next_index`), which counts filtered positions too. With worker processes
-it is one unit per position through `mp_prefetch`, a filtered position being a
-`_Skipped` marker instead of nothing: every worker then yields exactly one unit
-per position of its slice, so mp_prefetch's round robin gives the positions in
-order whatever the number of workers, and the markers are dropped here.
+``to_iter_dataset(read_options)``, whose state counts positions, filtered ones
+too. With worker processes it is one unit per position through `mp_prefetch`,
+a filtered position being a `_Skipped` marker instead of nothing: every worker
+then yields exactly one unit per position of its slice, so mp_prefetch's round
+robin gives the positions in order whatever the number of workers, and
+`_Unmarked` drops the markers here, counting positions the same way. Then
+``batch(b, drop_remainder=True)``, the plain pipeline's own stage; after each
+batch, `taken` is read from the state of the stage under it.
+
+Packing (`packing`): the packer runs here, on the elements in position order,
+with `num_packing_bins` equal to the per-shard batch size, so that one step is
+one whole group of the packer (it flushes all its bins at once). At a step's
+end the packer holds only the element that did not fit, and its state says at
+which position that element is: that is `taken`. Nothing delivered is owed
+again and nothing read but undelivered is lost.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from grain_dataset import (
     DatasetIterator,
+    IterDataset,
     MapDataset,
     ReadOptions,
     UnverifiedStateWarning,
-    get_next_index,
     stack,
 )
 from grain_dataset.extension import MapStage, pipeline_fingerprint, remember_dataset
@@ -48,6 +56,37 @@ class _Skipped:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_Skipped, ())
+
+
+class _Unmarked(IterDataset[Any]):
+    """The workers' units without the `_Skipped` markers; its state counts units (positions)."""
+
+    def __init__(self, parent: IterDataset[Any]):
+        super().__init__(parent)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _UnmarkedIterator(iter(self.parents[0]))
+
+
+class _UnmarkedIterator(DatasetIterator[Any]):
+    def __init__(self, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._count = 0
+
+    def __next__(self) -> Any:
+        while True:
+            value = next(self.parents[0])
+            self._count += 1
+            if not isinstance(value, _Skipped):
+                return value
+
+    def get_state(self) -> dict[str, Any]:
+        return {"next_index": self._count}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(
+            "ElasticIterator rebuilds its pipeline at a position instead of restoring it."
+        )
 
 
 class _Marked(MapStage):
@@ -104,6 +143,12 @@ class ElasticIterator(DatasetIterator[Any]):
       between them, and nothing it had.
     * The output of a shard does not depend on `multiprocessing_options`'
       number of workers, and a state taken with W workers restores with V.
+    * Beyond Grain, `packing` packs each shard's elements (filtered or not)
+      with the same guarantee: a callable given the shard's IterDataset of
+      elements and ``num_packing_bins=global_batch_size // shard_count``,
+      returning a packing stage over it, e.g. ``functools.partial(
+      grain.experimental.FirstFitPackIterDataset, length_struct={"tokens":
+      128})``. Each step is then one group of packed rows.
 
     The state is a small JSON dict: a few integers plus about three per shard
     of the run before the last resize, and the pipeline's fingerprint, so that a
@@ -130,6 +175,7 @@ class ElasticIterator(DatasetIterator[Any]):
         *,
         read_options: ReadOptions = ReadOptions(),  # noqa: B008 - immutable, Grain's default
         multiprocessing_options: MultiprocessingOptions | None = None,
+        packing: Callable[..., IterDataset[Any]] | None = None,
     ):
         super().__init__()
         _check_arguments(
@@ -142,12 +188,17 @@ class ElasticIterator(DatasetIterator[Any]):
         self._batch_size = global_batch_size // shard_options.shard_count
         self._read_options = read_options
         self._mp_options = multiprocessing_options
-        self._one_to_one = not _drops_elements(ds)
+        if packing is not None and not callable(packing):
+            raise TypeError(f"`packing` must be callable or None, got {packing!r}.")
+        self._packing = packing
+        self._one_to_one = packing is None and not _drops_elements(ds)
         self._plan = Plan(frontier=0, leftovers=np.zeros(0, dtype=np.int64))
         self._taken = 0  # entries of this shard's sequence behind the last delivered batch
         self._inner: DatasetIterator[Any] | None = None
         self._base = 0  # `_taken` when `_inner` was built
-        self._counter: DatasetIterator[Any] | None = None  # the in-process read-ahead
+        self._view_length = 0  # positions left to this shard when `_inner` was built
+        # The stage under the batch: its state says how many positions the batches took.
+        self._counter: DatasetIterator[Any] | None = None
         remember_dataset(self, ds)
 
     # -- reading ------------------------------------------------------------------------
@@ -161,42 +212,67 @@ class ElasticIterator(DatasetIterator[Any]):
 
     def _build(self) -> DatasetIterator[Any]:
         view = self._view()
+        self._view_length = len(view)
         self._base = self._taken
         workers = self._mp_options.num_workers if self._mp_options is not None else 0
         if workers == 0:
-            batches = iter(
-                view.to_iter_dataset(self._read_options).batch(
-                    self._batch_size, drop_remainder=True
-                )
+            elements: IterDataset[Any] = view.to_iter_dataset(self._read_options)
+        else:
+            units = _Marked(view).to_iter_dataset(self._read_options)
+            elements = _Unmarked(mp_prefetch(units, self._mp_options))
+        if self._packing is not None:
+            elements = self._packed(elements)
+        batches = iter(elements.batch(self._batch_size, drop_remainder=True))
+        self._counter = batches.parents[0]
+        return batches
+
+    def _packed(self, elements: IterDataset[Any]) -> IterDataset[Any]:
+        assert self._packing is not None
+        packed = self._packing(elements, num_packing_bins=self._batch_size)
+        if not isinstance(packed, IterDataset) or list(packed.parents) != [elements]:
+            raise TypeError(
+                "`packing` must return a packing IterDataset over the dataset it is given "
+                "(e.g. functools.partial(grain.experimental.FirstFitPackIterDataset, "
+                f"length_struct=...)), got {packed!r}."
             )
-            self._counter = batches.parents[0]
-            return batches
-        units = mp_prefetch(_Marked(view).to_iter_dataset(self._read_options), self._mp_options)
-        self._counter = None
-        return iter(units)
+        return packed
+
+    def _position(self) -> int:
+        """Entries of this shard's sequence behind the last batch delivered, from `_counter`."""
+        assert self._counter is not None
+        state = self._counter.get_state()
+        if self._packing is None:
+            return self._base + state["next_index"]
+        # A step is one whole group of the packer (num_packing_bins rows): at its end the
+        # packer holds only the element that did not fit, and its state says where that was.
+        if not (isinstance(state, dict) and {"parent", "emitted"} <= set(state)):
+            raise TypeError(
+                "`packing` must return a grain.experimental.FirstFitPackIterDataset or "
+                f"BestFitPackIterDataset, whose state says where a group starts; got state {state!r}."
+            )
+        if state["emitted"] == self._batch_size:
+            # The last group, flushed by the end of the elements: all were delivered, and
+            # the stage under the packer has read every position.
+            read = self._counter.parents[0].get_state()["next_index"]
+            if read == self._view_length:
+                return self._base + read
+        if state["emitted"]:
+            raise ValueError(
+                "the packing stage emitted a group of another size than the batch: `packing` "
+                "must use the num_packing_bins it is given (the per-shard batch size), so that "
+                "a step is one whole group."
+            )
+        return self._base + state["parent"]["next_index"]
 
     def __next__(self) -> Any:
         if self._inner is None:
             self._inner = self._build()
-        if self._counter is not None:
-            batch = next(self._inner)
-            taken = self._base + get_next_index(self._counter)
-        else:
-            batch, taken = self._next_from_units(self._inner)
-        if taken - self._taken > self._batch_size:
+        batch = next(self._inner)  # StopIteration: the last, partial batch is dropped
+        taken = self._position()
+        if self._packing is None and taken - self._taken > self._batch_size:
             self._one_to_one = False  # a stage of the user's own dropped an element
         self._taken = taken
         return batch
-
-    def _next_from_units(self, units: DatasetIterator[Any]) -> tuple[Any, int]:
-        elements: list[Any] = []
-        taken = self._taken
-        while len(elements) < self._batch_size:
-            value = next(units)  # StopIteration: the last, partial batch is dropped
-            taken += 1
-            if not isinstance(value, _Skipped):
-                elements.append(value)
-        return stack(elements), taken
 
     # -- state --------------------------------------------------------------------------
 
