@@ -445,7 +445,7 @@ def test_packing_does_not_depend_on_the_number_of_workers():
     ds = _pipeline(21, 80, 0.6).map(_tokens)
     reference = _packed_run(ds, 2, 3)[0]
     assert _packed_run(ds, 2, 3, workers=2)[0] == reference
-    first, states = _packed_run(ds, 3, 2, steps=2, workers=2)
+    _, states = _packed_run(ds, 3, 2, steps=2, workers=2)
     assert _packed_run(ds, 2, 2, states)[0] == _packed_run(ds, 2, 2, states, workers=1)[0]
 
 

@@ -37,7 +37,6 @@ from grain_dataset import (
     MapDataset,
     ReadOptions,
     UnverifiedStateWarning,
-    stack,
 )
 from grain_dataset.extension import MapStage, pipeline_fingerprint, remember_dataset
 from grain_index import ShardOptions
@@ -248,7 +247,8 @@ class ElasticIterator(DatasetIterator[Any]):
         if not (isinstance(state, dict) and {"parent", "emitted"} <= set(state)):
             raise TypeError(
                 "`packing` must return a grain.experimental.FirstFitPackIterDataset or "
-                f"BestFitPackIterDataset, whose state says where a group starts; got state {state!r}."
+                "BestFitPackIterDataset, whose state says where a group starts; got state "
+                f"{state!r}."
             )
         if state["emitted"] == self._batch_size:
             # The last group, flushed by the end of the elements: all were delivered, and
