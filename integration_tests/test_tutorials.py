@@ -39,6 +39,7 @@ GUIDE_PAGES = [
     "checkpointing.md",
     "concepts.md",
     "data_loader.md",
+    "elastic.md",
     "multiprocessing.md",
     "performance.md",
     "troubleshooting.md",

@@ -221,7 +221,7 @@ class ElasticIterator(DatasetIterator[Any]):
             elements = _Unmarked(mp_prefetch(units, self._mp_options))
         if self._packing is not None:
             elements = self._packed(elements)
-        batches = iter(elements.batch(self._batch_size, drop_remainder=True))
+        batches: DatasetIterator[Any] = iter(elements.batch(self._batch_size, drop_remainder=True))
         self._counter = batches.parents[0]
         return batches
 
