@@ -581,28 +581,21 @@ def bench_elastic(ctx: Context) -> list[Row]:
                     ok=line["ok"],
                 )
             )
-        elif line["case"] == "state_bytes":
-            rows.append(
-                Row(
-                    "elastic",
-                    f"state_bytes_{line['shards']}_shards",
-                    "bytes",
-                    line["after_resizes_max_bytes"],
-                    higher_is_better=False,
-                    ok=line["ok"],
-                    note=f"fresh {line['fresh_bytes']} B; after 2 resizes",
-                )
-            )
         else:
+            state = line["case"] == "state_bytes"
             rows.append(
                 Row(
                     "elastic",
-                    f"restore_{line['old_shards']}_to_{line['new_shards']}",
-                    "ms",
-                    line["to_first_batch_median_ms"],
+                    f"state_bytes_{line['shards']}_shards"
+                    if state
+                    else f"restore_{line['old_shards']}_to_{line['new_shards']}",
+                    "bytes" if state else "ms",
+                    line["after_resizes_max_bytes" if state else "to_first_batch_median_ms"],
                     higher_is_better=False,
                     ok=line["ok"],
-                    note=f"set_state {line['set_state_median_ms']} ms",
+                    note=f"fresh {line['fresh_bytes']} B; after 2 resizes"
+                    if state
+                    else f"set_state {line['set_state_median_ms']} ms",
                 )
             )
     return rows

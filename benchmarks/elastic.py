@@ -113,7 +113,7 @@ def _step_all(iterators: list[ElasticIterator]) -> list[dict[str, Any]]:
 
 
 def state_and_restore(size: int, shards: int, repeats: int) -> list[dict[str, Any]]:
-    ds = _filter(size)
+    ds = _filter(max(size, shards * BATCH * 16))  # enough for every step below
     fresh = _step_all([_elastic(ds, shards, i) for i in range(shards)])
     states = fresh
     for count in (shards * 3 // 4, shards):

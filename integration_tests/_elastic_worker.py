@@ -49,23 +49,12 @@ def pipeline():  # -> grain.MapDataset
     ).map(int)
 
 
-def report(workdir: str, name: str, content: dict) -> None:
-    path = os.path.join(workdir, name)
-    with open(path + ".tmp", "w") as f:
-        json.dump(content, f)
-    os.replace(path + ".tmp", path)
-
-
 def main() -> None:
     phase, pid, count, port, workdir = sys.argv[1], *map(int, sys.argv[2:5]), sys.argv[5]
     import jax
+    from _multihost_worker import report  # this script's directory is on sys.path
 
-    jax.distributed.initialize(
-        coordinator_address=f"127.0.0.1:{port}",
-        num_processes=count,
-        process_id=pid,
-        initialization_timeout=30,
-    )
+    jax.distributed.initialize(f"127.0.0.1:{port}", count, pid, initialization_timeout=30)
     import numpy as np
     import orbax.checkpoint as ocp
     from jax.experimental import multihost_utils

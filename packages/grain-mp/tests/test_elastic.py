@@ -90,16 +90,18 @@ def _run(iterators, steps, out):
 
 
 def _resume(ds, states, count, batch, workers=0, threads=0, steps=None):
+    """The streams of `count` shards restored from `states` (None: fresh), and their states."""
     iterators = _iterators(ds, count, batch, workers, threads)
-    for it in iterators:
-        it.set_state(states)
+    if states is not None:
+        for it in iterators:
+            it.set_state(states)
     out = collections.defaultdict(list)
     try:
         new_states = _run(iterators, steps, out)
     finally:
         for it in iterators:
             it.close()
-    return out, new_states
+    return dict(out), new_states
 
 
 def _check_exactly_once(ds, delivered, last_count, last_batch):
@@ -317,33 +319,19 @@ def test_replan_owes_exactly_what_no_shard_took(taken, owed):
     assert again <= horizon
 
 
-def _streams(ds, count, batch, workers, states=None, steps=None):
-    iterators = _iterators(ds, count, batch, workers=workers, threads=2)
-    if states is not None:
-        for it in iterators:
-            it.set_state(states)
-    out = collections.defaultdict(list)
-    try:
-        new_states = _run(iterators, steps, out)
-    finally:
-        for it in iterators:
-            it.close()
-    return dict(out), new_states
-
-
 @pytest.mark.timeout(180)
 def test_the_output_does_not_depend_on_the_number_of_workers():
     ds = _pipeline(11, 90, mix=2)
-    reference, _ = _streams(ds, 2, 3, workers=0)
+    reference, _ = _resume(ds, None, 2, 3, threads=2)
     for workers in (1, 2, 4):
-        assert _streams(ds, 2, 3, workers=workers)[0] == reference
+        assert _resume(ds, None, 2, 3, workers, threads=2)[0] == reference
 
 
 @pytest.mark.timeout(180)
 def test_a_checkpoint_with_w_workers_restores_with_v_on_another_shard_count():
     ds = _pipeline(12, 120, 0.6)
-    first, states = _streams(ds, 3, 2, workers=2, steps=3)
-    rest = {workers: _streams(ds, 2, 3, workers=workers, states=states)[0] for workers in (0, 1, 4)}
+    first, states = _resume(ds, None, 3, 2, 2, threads=2, steps=3)
+    rest = {workers: _resume(ds, states, 2, 3, workers, threads=2)[0] for workers in (0, 1, 4)}
     assert rest[0] == rest[1] == rest[4]
     delivered = [x for s in first.values() for x in s] + [x for s in rest[0].values() for x in s]
     _check_exactly_once(ds, delivered, 2, 3)
