@@ -453,3 +453,23 @@ def test_packing_must_use_the_bins_it_is_given():
     it = ElasticIterator(ds, 2, ShardOptions(0, 1), packing=lambda e, num_packing_bins: e)
     with pytest.raises(TypeError, match="packing IterDataset over the dataset"):
         next(it)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10**6),
+    n=st.integers(20, 400),
+    kind=st.sampled_from(["plain", "filter", "mix"]),
+    ratio=st.floats(0.05, 1.0),
+    generations=st.lists(
+        st.tuples(st.integers(1, 9), st.integers(1, 6), st.integers(0, 8), st.just(0)),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_soak_every_element_exactly_once_across_many_resizes(seed, n, kind, ratio, generations):
+    test_every_element_exactly_once_across_resizes.hypothesis.inner_test(
+        seed, n, kind, ratio, generations
+    )
