@@ -91,6 +91,10 @@ SIZES: dict[str, dict[str, list[str]]] = {
     },
 }
 SIZES["latency_memory"] = {"full": ["--size", "60000"], "quick": ["--size", "5000"]}
+SIZES["elastic"] = {
+    "full": ["--repeats", "7", "--size", "200000", "--shards", "64"],
+    "quick": ["--repeats", "1", "--size", "10000", "--shards", "64"],
+}
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory")
 
@@ -132,6 +136,9 @@ TARGETS: dict[str, Target] = {
     ),
     "array_record_read/pipeline_files_*@in_memory": Target(
         "ratio", ">=", 0.8, ">= 0.8x over a list", "ArrayRecord reading"
+    ),
+    "elastic/throughput_*@plain": Target(
+        "ratio", ">=", 0.9, ">= 0.9x plain sharded pipeline", "elastic issue (21)"
     ),
     "stats_overhead/decode@stats_off": Target(
         "ratio", ">=", 1 / 1.05, "cost <= 5 % (>= 0.952x)", "per-stage statistics"
@@ -556,6 +563,44 @@ def bench_stats_overhead(ctx: Context) -> list[Row]:
     ]
 
 
+def bench_elastic(ctx: Context) -> list[Row]:
+    lines, _ = ctx.run("elastic", ctx.sizes("elastic"))
+    rows = []
+    for line in lines:
+        if line["case"].startswith("throughput_"):
+            rows.append(
+                Row(
+                    "elastic",
+                    line["case"],
+                    "elements/s",
+                    line["elastic_elements_per_s"],
+                    "plain",
+                    "ds[0::4].to_iter_dataset().batch(32)",
+                    line["plain_elements_per_s"],
+                    ratio=line["ratio"],
+                    ok=line["ok"],
+                )
+            )
+        else:
+            state = line["case"] == "state_bytes"
+            rows.append(
+                Row(
+                    "elastic",
+                    f"state_bytes_{line['shards']}_shards"
+                    if state
+                    else f"restore_{line['old_shards']}_to_{line['new_shards']}",
+                    "bytes" if state else "ms",
+                    line["after_resizes_max_bytes" if state else "to_first_batch_median_ms"],
+                    higher_is_better=False,
+                    ok=line["ok"],
+                    note=f"fresh {line['fresh_bytes']} B; after 2 resizes"
+                    if state
+                    else f"set_state {line['set_state_median_ms']} ms",
+                )
+            )
+    return rows
+
+
 def bench_mp(ctx: Context) -> list[Row]:
     arguments = [*ctx.sizes("mp"), "--repeats", "1"]
     with_torch = ctx.torch_env is not None
@@ -836,6 +881,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "array_record_read": bench_array_record_read,
     "packing": bench_packing,
     "stats_overhead": bench_stats_overhead,
+    "elastic": bench_elastic,
     "mp": bench_mp,
     "latency_memory": bench_latency_memory,
     "device_put": bench_device_put,
@@ -848,6 +894,7 @@ PEERS = {
     "array_record_read": "raw reader, list",
     "packing": UPSTREAM,
     "stats_overhead": "statistics off",
+    "elastic": "plain sharded pipeline",
     "mp": f"serial, {TORCH}, {UPSTREAM}",
     "device_put": "jax.device_put loop",
     "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",

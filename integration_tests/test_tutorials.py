@@ -40,6 +40,7 @@ GUIDE_PAGES = [
     "concepts.md",
     "contributing.md",
     "data_loader.md",
+    "elastic.md",
     "multiprocessing.md",
     "performance.md",
     "troubleshooting.md",

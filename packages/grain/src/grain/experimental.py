@@ -1,9 +1,7 @@
 """grain.experimental: APIs that may still change.
 
-`ElasticIterator` (resuming on a different number of hosts) is not here yet:
-the name raises an AttributeError that says so, rather than being silently
-missing or half-working. `device_put` and `make_global_batch` come with
-`pip install "grain[jax]"`; without it they raise an ImportError that says so.
+`device_put` and `make_global_batch` come with `pip install "grain[jax]"`;
+without it they raise an ImportError that says so.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -50,6 +48,7 @@ from grain_dataset import get_next_index as get_next_index
 from grain_dataset import set_next_index as set_next_index
 from grain_dataset import without_fingerprint as without_fingerprint
 from grain_index import index_shuffle as index_shuffle
+from grain_mp import ElasticIterator as ElasticIterator
 from grain_mp import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp import PerformanceConfig as PerformanceConfig
 from grain_mp import multithread_prefetch as multithread_prefetch
@@ -69,6 +68,7 @@ __all__ = [
     "CachedMapDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
+    "ElasticIterator",
     "ExecutionTrackingMode",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
@@ -115,13 +115,6 @@ def __getattr__(name: str) -> _Any:
         value = _jax_name(name, __name__)
         globals()[name] = value
         return value
-    if name == "ElasticIterator":
-        raise AttributeError(
-            "grain.experimental.ElasticIterator is not available in this version: resuming "
-            "a checkpoint on a different number of hosts or workers is being built (elastic "
-            "resume). Until then restore with the same shard count, or use Grain's own "
-            "ElasticIterator."
-        )
     raise AttributeError(f"module 'grain.experimental' has no attribute {name!r}")
 
 
