@@ -122,6 +122,8 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
 
     def _setup(self, indexes: tuple[FileIndex, ...]) -> None:
         self._indexes = indexes
+        # Files whose chunks hold several records: their chunks are worth caching.
+        self._grouped = [index.max_group_size > 1 for index in indexes]
         counts = np.array([index.num_records for index in indexes], dtype=np.int64)
         self._ends = np.cumsum(counts)
         self._starts = self._ends - counts
@@ -180,7 +182,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             )
             values, bounds = _riegeli.simple_chunk_records(chunk, url, begin)
             item = (values, bounds.tolist())
-            if chunk.num_records > 1:
+            if self._grouped[files[i]]:
                 self._cache.put((files[i], chunks[i]), item)
             found[i] = item
         return found  # type: ignore[return-value]
