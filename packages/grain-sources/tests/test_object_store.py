@@ -238,3 +238,41 @@ def test_reads_from_seaweedfs(seaweed_s3, shards):
     source = ArrayRecordDataSource(urls, filesystem=seaweed_s3.filesystem())
     order = np.random.default_rng(7).permutation(len(records))
     assert source.__getitems__(order) == [records[i] for i in order]
+
+
+# -- the same pipelines as on local files --------------------------------------------------
+
+
+def _pipeline(source, other, threads=0):
+    import grain
+
+    shuffled = grain.MapDataset.source(source).shuffle(seed=3)
+    mixed = grain.MapDataset.mix([shuffled, grain.MapDataset.source(other)], [0.7, 0.3])
+    iterable = mixed.to_iter_dataset(grain.ReadOptions(num_threads=threads))
+    return iterable.filter(lambda r: r[-1] % 2 == 0).map(len).batch(4)
+
+
+@pytest.mark.timeout(180)
+def test_pipelines_from_a_bucket_give_the_elements_of_local_files(moto_s3, s3_shards, shards):
+    import grain
+    import grain.experimental as ge
+
+    urls, _ = s3_shards
+    paths, _ = shards
+    bucket = ArrayRecordDataSource(urls[:2], filesystem=moto_s3.filesystem())
+    bucket_other = ArrayRecordDataSource(urls[2], filesystem=moto_s3.filesystem())
+    local = ArrayRecordDataSource(paths[:2])
+    local_other = ArrayRecordDataSource(paths[2])
+    expected = [batch.tolist() for batch in _pipeline(local, local_other)]
+    assert len(expected) > 20
+    got = [batch.tolist() for batch in _pipeline(bucket, bucket_other, threads=8)]
+    assert got == expected
+
+    workers = _pipeline(bucket, bucket_other, threads=8).mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=2)
+    )
+    local_workers = _pipeline(local, local_other).mp_prefetch(
+        grain.MultiprocessingOptions(num_workers=2)
+    )
+    assert [b.tolist() for b in workers] == [b.tolist() for b in local_workers]
+    ge.assert_equal_output_after_checkpoint(workers, max_steps=len(expected), steps=[7])
