@@ -87,7 +87,17 @@ class S3Server:
         )
 
     def put(self, local: str | os.PathLike[str], key: str) -> str:
-        self.fs.put(os.fspath(local), f"bkt/{key}")
+        # SeaweedFS answers S3 requests before its volume server has registered: the
+        # first writes fail with InternalError for a few seconds.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                self.fs.put(os.fspath(local), f"bkt/{key}")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         self.fs.invalidate_cache()
         return f"s3://bkt/{key}"
 
@@ -114,6 +124,7 @@ def seaweed_s3(tmp_path_factory) -> Iterator[S3Server]:
     command = [
         weed,
         "mini",
+        "-ip=127.0.0.1",
         "-ip.bind=127.0.0.1",
         f"-dir={root}",
         f"-master.port={ports['master']}",
@@ -245,7 +256,7 @@ class FaultProxy:
                 if not head:
                     self.wfile.write(data)
 
-            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _handle  # noqa: N815 - http.server names
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True

@@ -101,9 +101,7 @@ def test_reads_from_gcs(fake_gcs, shards):
     "options",
     ["group_size:7,brotli:3", "group_size:16,snappy", "group_size:4,uncompressed"],
 )
-def test_grouped_and_compressed_files_from_s3_match_the_cpp_reader(
-    moto_s3, tmp_path, options
-):
+def test_grouped_and_compressed_files_from_s3_match_the_cpp_reader(moto_s3, tmp_path, options):
     records = _records(120, seed=3)
     (path,) = write_array_record(records, tmp_path / "g.ar", options=options)
     url = moto_s3.put(path, f"grouped-{abs(hash(options))}.ar")
@@ -156,8 +154,9 @@ def test_a_corrupt_chunk_is_caught_by_its_hash(moto_s3, tmp_path):
     del local
     data[64 + 40 + 5] ^= 0xFF  # inside the data of the first chunk
     (tmp_path / "bad.ar").write_bytes(bytes(data))
-    source = ArrayRecordDataSource(moto_s3.put(tmp_path / "bad.ar", "bad.ar"),
-                                   filesystem=moto_s3.filesystem())
+    source = ArrayRecordDataSource(
+        moto_s3.put(tmp_path / "bad.ar", "bad.ar"), filesystem=moto_s3.filesystem()
+    )
     assert source[1] == records[1]
     with pytest.raises(UnreadableFileError, match=r"'s3://bkt/bad.ar'.*wrong hash"):
         source[0]
@@ -168,7 +167,8 @@ def test_denied_access_is_named_at_once(moto_s3, fault_proxy, s3_shards):
     start = time.monotonic()
     with pytest.raises(ObjectAccessDeniedError, match=r"access to 's3://bkt/data-00000-of-00003'"):
         ArrayRecordDataSource(
-            s3_shards[0][0], filesystem=moto_s3.filesystem(fault_proxy.endpoint),
+            s3_shards[0][0],
+            filesystem=moto_s3.filesystem(fault_proxy.endpoint),
             retry=RetryPolicy(attempts=50, deadline_s=20),
         )
     # Not retried until the deadline (s3fs itself asks a few ways, HEAD then listings).
@@ -206,14 +206,13 @@ def test_nothing_listening_is_named_within_the_deadline(moto_s3):
     assert time.monotonic() - start < 5
 
 
-def test_transient_faults_are_retried_and_every_record_is_right(
-    moto_s3, fault_proxy, s3_shards
-):
+def test_transient_faults_are_retried_and_every_record_is_right(moto_s3, fault_proxy, s3_shards):
     urls, records = s3_shards
     faults = ["503", "reset", 0.2]
     fault_proxy.plan = lambda n: faults[n % 3] if n % 2 else None
     source = ArrayRecordDataSource(
-        urls, filesystem=moto_s3.filesystem(fault_proxy.endpoint),
+        urls,
+        filesystem=moto_s3.filesystem(fault_proxy.endpoint),
         retry=RetryPolicy(attempts=8, deadline_s=30, attempt_timeout_s=5, backoff_s=0.01),
     )
     order = np.random.default_rng(6).permutation(len(records))[:60]
@@ -276,3 +275,68 @@ def test_pipelines_from_a_bucket_give_the_elements_of_local_files(moto_s3, s3_sh
     )
     assert [b.tolist() for b in workers] == [b.tolist() for b in local_workers]
     ge.assert_equal_output_after_checkpoint(workers, max_steps=len(expected), steps=[7])
+
+
+# -- read-ahead, coalescing, block shuffle -----------------------------------------------
+
+
+def test_read_ahead_walks_the_index_stream_within_the_budget(moto_s3, s3_shards):
+    urls, records = s3_shards
+    source = ArrayRecordDataSource(urls, filesystem=moto_s3.filesystem())
+    order = np.random.default_rng(8).permutation(len(records))
+    budget = 8 << 10
+    reads = []
+    real = source.__getitems__
+
+    def spy(indices):
+        reads.append(len(indices))
+        return real(indices)
+
+    source.__getitems__ = spy
+    assert list(source.read_ahead(order, budget_bytes=budget)) == [records[i] for i in order]
+    assert len(reads) > 5
+    # Each window holds about budget / 2 of chunk bytes (chunks of ~200 bytes here).
+    assert max(reads) * 100 < budget
+    partial = source.read_ahead(order, budget_bytes=budget)
+    assert next(partial) == records[order[0]]
+    partial.close()  # stops reading ahead; no thread is left behind
+
+
+def test_neighbouring_chunks_are_read_in_one_request(moto_s3, s3_shards):
+    urls, records = s3_shards
+    source = ArrayRecordDataSource(urls, filesystem=moto_s3.filesystem())
+    before = source.store.requests
+    assert source.__getitems__(np.arange(10, 60)) == records[10:60]
+    assert source.store.requests - before == 1
+    apart = ArrayRecordDataSource(urls, filesystem=moto_s3.filesystem(), coalesce_gap_bytes=None)
+    before = apart.store.requests
+    assert apart.__getitems__(np.arange(10, 60)) == records[10:60]
+    assert apart.store.requests - before == 50
+    # Records two apart: a 1 KiB gap allows merging them, with the bytes between dropped.
+    gapped = ArrayRecordDataSource(urls, filesystem=moto_s3.filesystem(), coalesce_gap_bytes=1024)
+    before = gapped.store.requests
+    assert gapped.__getitems__(np.arange(10, 60, 2)) == records[10:60:2]
+    assert gapped.store.requests - before == 1
+
+
+def test_block_shuffle_keeps_blocks_together_and_every_record_once(moto_s3, s3_shards):
+    from grain_sources import BlockShuffle
+    from grain_sources._block_shuffle import block_permutation
+
+    urls, records = s3_shards
+    source = BlockShuffle(ArrayRecordDataSource(urls, filesystem=moto_s3.filesystem()), 16, 3)
+    assert len(source) == len(records)
+    before = source._source.store.requests
+    got = source.__getitems__(np.arange(32))
+    assert source._source.store.requests - before <= 2  # two blocks, one request each
+    order = block_permutation(len(records), 16, 3)
+    assert got == [records[i] for i in order[:32]]
+    for seed in range(5):
+        perm = block_permutation(301, 16, seed)
+        assert sorted(perm.tolist()) == list(range(301))
+        blocks = perm // 16
+        # Each block's records are consecutive positions of the output.
+        assert (np.diff(np.flatnonzero(np.diff(blocks) != 0)) <= 16).all()
+    assert not np.array_equal(block_permutation(301, 16, 0), block_permutation(301, 16, 1))
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy[5] == source[5]

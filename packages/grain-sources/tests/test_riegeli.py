@@ -30,9 +30,11 @@ _SIGNATURE = bytes.fromhex(
 
 
 def test_highwayhash_gives_the_hashes_of_the_riegeli_signature():
-    block_hash, chunk_hash, data_hash = struct.unpack_from("<Q", _SIGNATURE, 0), struct.unpack_from(
-        "<Q", _SIGNATURE, 24
-    ), struct.unpack_from("<Q", _SIGNATURE, 40)
+    block_hash, chunk_hash, data_hash = (
+        struct.unpack_from("<Q", _SIGNATURE, 0),
+        struct.unpack_from("<Q", _SIGNATURE, 24),
+        struct.unpack_from("<Q", _SIGNATURE, 40),
+    )
     assert hash64(_SIGNATURE[8:24]) == block_hash[0]
     assert hash64(_SIGNATURE[32:64]) == chunk_hash[0]
     assert hash64(b"") == data_hash[0]
@@ -66,8 +68,9 @@ def test_block_headers_are_removed_from_any_range(begin, size):
 
 
 _OPTIONS = st.builds(
-    lambda group, compression, pad: f"group_size:{group},{compression}"
-    + (",pad_to_block_boundary:true" if pad else ""),
+    lambda group, compression, pad: (
+        f"group_size:{group},{compression}" + (",pad_to_block_boundary:true" if pad else "")
+    ),
     st.sampled_from([1, 2, 3, 17, 64]),
     st.sampled_from(["uncompressed", "zstd:1", "zstd:9", "brotli:1", "brotli:6", "snappy"]),
     st.booleans(),
@@ -79,7 +82,9 @@ _RECORDS = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(records=_RECORDS, options=_OPTIONS, seed=st.integers(0, 2**32 - 1))
 def test_our_reader_matches_the_cpp_reader(tmp_path, records, options, seed):
     (path,) = write_array_record(records, tmp_path / f"f-{seed}.ar", options=options)

@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 
 from grain_sources import _riegeli
-from grain_sources._array_record_index import FileIndex, open_index
 from grain_sources._array_record import ArrayRecordDataSource
+from grain_sources._array_record_index import FileIndex, open_index
 from grain_sources._checks import record_index, record_indices
 from grain_sources._object_store import ObjectStore, RetryPolicy, default_store, protocol_of
 from grain_sources._paths import expand_urls
@@ -79,7 +79,14 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
     """The records of ArrayRecord objects read by URL (see `ArrayRecordDataSource`).
 
     It reads with our own reader of the format over `ObjectStore` range reads;
-    nothing of the C++ reader (nor its `reader_options`) is used.
+    nothing of the C++ reader (nor its `reader_options`) is used. Beyond the
+    arguments of `ArrayRecordDataSource` it takes:
+
+      verify_hashes: check every chunk against its HighwayHash (default True;
+        False saves about 20 µs per KiB read in pure Python).
+      cache_bytes: the budget of the cache of decoded chunks (group_size > 1).
+      coalesce_gap_bytes: chunks of one batch at most this many bytes apart are
+        read as one request (0: only touching chunks; None: never).
     """
 
     def __init__(
@@ -91,6 +98,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         retry: RetryPolicy | None = None,
         verify_hashes: bool = True,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
+        coalesce_gap_bytes: int | None = 0,
     ):
         del reader_options  # options of the C++ reader
         urls = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
@@ -107,6 +115,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             self._store = ObjectStore(protocol, filesystem=filesystem, retry=retry)
         self._verify = bool(verify_hashes)
         self._cache_bytes = int(cache_bytes)
+        self._gap = coalesce_gap_bytes
         files = expand_urls(urls, self._store)
         with concurrent.futures.ThreadPoolExecutor(min(_OPEN_THREADS, len(files))) as pool:
             indexes = list(pool.map(lambda url: open_index(self._store, url, self._verify), files))
@@ -175,7 +184,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             begin, end = int(index.offsets[chunks[i]]), int(index.offsets[chunks[i] + 1])
             requests.append((index.url, begin, end - begin))
         for i, (url, begin, _), raw in zip(
-            missing, requests, self._store.read_many(requests), strict=True
+            missing, requests, self._store.read_many(requests, self._gap), strict=True
         ):
             chunk = _riegeli.parse_chunk(
                 _riegeli.strip_block_headers(raw, begin), url, begin, self._verify
@@ -186,6 +195,44 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
                 self._cache.put((files[i], chunks[i]), item)
             found[i] = item
         return found  # type: ignore[return-value]
+
+    def read_ahead(
+        self, indices: Sequence[int] | np.ndarray, budget_bytes: int = 64 << 20
+    ) -> Iterator[bytes]:
+        """The records at `indices`, in order, read ahead within `budget_bytes`.
+
+        The index stream is known in advance (a shuffle's permutation, a
+        sampler's order), so the reads are decided before the records are
+        needed: the indices are cut into windows of about ``budget_bytes / 2``
+        of chunk bytes (from the footer index, vectorized), and the next window
+        is read (one concurrent, coalesced round trip) while the current one is
+        consumed. At most two windows are held: memory stays within the budget
+        whatever the record sizes. Closing the iterator stops reading ahead.
+        """
+        indices = record_indices(indices, self._length, self)
+        if not indices.size:
+            return
+        files = np.searchsorted(self._ends, indices, side="right")
+        local = indices - self._starts[files]
+        cost = np.empty(indices.size, np.int64)
+        for file in np.unique(files).tolist():
+            where = files == file
+            index = self._indexes[file]
+            chunk = np.searchsorted(index.record_ends, local[where], side="right")
+            cost[where] = np.diff(index.offsets)[chunk]
+        window = max(1, budget_bytes // 2)
+        cuts = np.flatnonzero(np.diff(np.cumsum(cost) // window)) + 1
+        windows = np.split(indices, cuts)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(self.__getitems__, windows[0])
+            try:
+                for following in [*windows[1:], None]:
+                    records = ahead.result()
+                    if following is not None:
+                        ahead = pool.submit(self.__getitems__, following)
+                    yield from records
+            finally:
+                ahead.cancel()
 
     def __iter__(self) -> Iterator[bytes]:
         step = 1024
@@ -225,12 +272,14 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             "store": self._store,
             "verify": self._verify,
             "cache_bytes": self._cache_bytes,
+            "gap": self._gap,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._store = state["store"]
         self._verify = state["verify"]
         self._cache_bytes = state["cache_bytes"]
+        self._gap = state["gap"]
         self._setup(state["indexes"])
 
     def __repr__(self) -> str:
@@ -240,4 +289,3 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         shown = repr(urls[0]) if len(urls) == 1 else f"{urls[0]!r} ... {urls[-1]!r}"
         count = "1 file" if len(urls) == 1 else f"{len(urls)} files"
         return f"ArrayRecordDataSource({count}: {shown}, len={self._length})"
-

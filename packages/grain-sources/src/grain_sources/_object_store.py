@@ -27,6 +27,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from grain_sources._checks import NoSuchFileError
 
 _INSTALL = "pip install grain-sources[cloud]"
@@ -233,10 +235,19 @@ class ObjectStore:
         """The `length` bytes of the object at `url` from byte `offset`."""
         return self.read_many([(url, offset, length)])[0]
 
-    def read_many(self, requests: Sequence[tuple[str, int, int]]) -> list[bytes]:
-        """The byte ranges ``(url, offset, length)``, read concurrently, in order."""
+    def read_many(
+        self, requests: Sequence[tuple[str, int, int]], coalesce_gap: int | None = None
+    ) -> list[bytes | memoryview]:
+        """The byte ranges ``(url, offset, length)``, read concurrently, in order.
+
+        With `coalesce_gap`, ranges of one object that are sorted by offset and
+        at most that many bytes apart are read as one request (the bytes between
+        them are read and dropped): fewer round trips for neighbouring records.
+        """
         if not requests:
             return []
+        if coalesce_gap is not None and len(requests) > 1:
+            return self._coalesced(requests, coalesce_gap)
         fs = self._filesystem()
 
         async def gather() -> list[bytes]:
@@ -245,6 +256,33 @@ class ObjectStore:
             return list(await asyncio.gather(*(self._read_one(fs, *req) for req in requests)))
 
         return self._run(gather)
+
+    def _coalesced(
+        self, requests: Sequence[tuple[str, int, int]], gap: int
+    ) -> list[bytes | memoryview]:
+        urls = [url for url, _, _ in requests]
+        begins = np.array([offset for _, offset, _ in requests], dtype=np.int64)
+        ends = begins + np.array([length for _, _, length in requests], dtype=np.int64)
+        same = np.array([a == b for a, b in zip(urls[1:], urls[:-1], strict=True)], dtype=bool)
+        # A new merged range starts at the first request, a change of object, a step
+        # back, or a gap wider than `gap` after everything merged so far.
+        reach = np.maximum.accumulate(ends)
+        starts = np.concatenate(([True], ~same | (begins[1:] > reach[:-1] + gap)))
+        starts[1:] |= begins[1:] < begins[:-1]
+        group = np.cumsum(starts) - 1
+        first = np.flatnonzero(starts)
+        group_begin = begins[first]
+        group_end = np.maximum.reduceat(ends, first)
+        merged = [
+            (urls[i], int(b), int(e - b))
+            for i, b, e in zip(first.tolist(), group_begin, group_end, strict=True)
+        ]
+        data = [memoryview(part) for part in self.read_many(merged)]
+        relative = (begins - group_begin[group]).tolist()
+        return [
+            data[g][r : r + int(e - b)]
+            for g, r, b, e in zip(group.tolist(), relative, begins, ends, strict=True)
+        ]
 
     async def _read_one(self, fs: Any, url: str, offset: int, length: int) -> bytes:
         path = fs._strip_protocol(url)
@@ -274,7 +312,7 @@ class ObjectStore:
         start = time.monotonic()
         last: BaseException | None = None
         tries = 0
-        for tries in range(1, policy.attempts + 1):  # noqa: B007 - reported below
+        for tries in range(1, policy.attempts + 1):
             left = policy.deadline_s - (time.monotonic() - start)
             if left <= 0:
                 break

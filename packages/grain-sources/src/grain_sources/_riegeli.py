@@ -139,7 +139,8 @@ def _decompress(kind: int, buffer: memoryview) -> bytes:
         import cramjam
     except ImportError as error:
         raise ImportError(
-            f"{_COMPRESSIONS.get(kind, kind)}-compressed ArrayRecord chunks need cramjam: {_INSTALL}"
+            f"{_COMPRESSIONS.get(kind, kind)}-compressed ArrayRecord chunks need cramjam: "
+            + _INSTALL
         ) from error
     codecs = {
         ord("z"): cramjam.zstd.decompress,
