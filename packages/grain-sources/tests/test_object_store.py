@@ -340,3 +340,55 @@ def test_block_shuffle_keeps_blocks_together_and_every_record_once(moto_s3, s3_s
     assert not np.array_equal(block_permutation(301, 16, 0), block_permutation(301, 16, 1))
     copy = pickle.loads(pickle.dumps(source))
     assert copy[5] == source[5]
+
+
+# -- Parquet and TFRecord from buckets ---------------------------------------------------
+
+
+def test_parquet_rows_from_a_bucket_match_the_local_file(moto_s3, tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from grain_sources import ParquetReader
+
+    table = pa.table({"x": list(range(500)), "s": [str(i) * 3 for i in range(500)]})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=100)
+    url = moto_s3.put(tmp_path / "t.parquet", "t.parquet")
+    fs = moto_s3.filesystem()
+    local = list(ParquetReader(tmp_path / "t.parquet"))
+    remote = ParquetReader(url, filesystem=fs, row=250)
+    assert remote.num_row_groups == 5
+    assert list(remote) == local[250:]
+    assert (
+        pickle.loads(pickle.dumps(ParquetReader(url, filesystem=fs, row=7))).__next__() == local[7]
+    )
+    with pytest.raises(NoSuchFileError, match=r"'s3://bkt/none.parquet' does not exist"):
+        ParquetReader("s3://bkt/none.parquet", filesystem=fs)
+
+
+def test_tfrecords_from_a_bucket_by_index_with_and_without_a_sidecar(moto_s3, tmp_path, caplog):
+    from grain_sources import TFRecordDataSource, TFRecordReader, write_tfrecord
+    from grain_sources import write_tfrecord_index
+
+    records = _records(80, seed=9)
+    write_tfrecord(records, tmp_path / "a.tfrecord")
+    url = moto_s3.put(tmp_path / "a.tfrecord", "a.tfrecord")
+    fs = moto_s3.filesystem()
+    assert list(TFRecordReader(url, filesystem=fs, buffer_size=1000)) == records
+    with caplog.at_level("WARNING"):
+        built = TFRecordDataSource(url, filesystem=fs)
+    assert "has no offset index" in caplog.text
+    order = np.random.default_rng(10).permutation(len(records))
+    assert built.__getitems__(order) == [records[i] for i in order]
+    sidecar = write_tfrecord_index(url, filesystem=fs)
+    assert sidecar == url + ".offsets.npy"
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        indexed = TFRecordDataSource(url, filesystem=fs)
+    assert caplog.text == ""
+    before = indexed._store.requests
+    assert indexed.__getitems__(order[:10]) == [records[i] for i in order[:10]]
+    assert indexed._store.requests - before == 10
+    copy = pickle.loads(pickle.dumps(indexed))
+    assert copy[3] == records[3]
+    local = TFRecordDataSource(tmp_path / "a.tfrecord")
+    assert local[-1] == records[-1]

@@ -28,6 +28,8 @@ from grain_sources._tfrecord import CorruptRecordError as CorruptRecordError
 from grain_sources._tfrecord import TFRecordReader as TFRecordReader
 from grain_sources._tfrecord import TruncatedRecordError as TruncatedRecordError
 from grain_sources._tfrecord import write_tfrecord as write_tfrecord
+from grain_sources._tfrecord_source import TFRecordDataSource as TFRecordDataSource
+from grain_sources._tfrecord_source import write_tfrecord_index as write_tfrecord_index
 from grain_sources._writer import write_array_record as write_array_record
 
 __all__ = [
@@ -44,9 +46,11 @@ __all__ = [
     "RangeDataSource",
     "RetryPolicy",
     "SharedMemoryDataSource",
+    "TFRecordDataSource",
     "TFRecordReader",
     "TruncatedRecordError",
     "is_url",
     "write_array_record",
     "write_tfrecord",
+    "write_tfrecord_index",
 ]

@@ -361,6 +361,26 @@ class ObjectStore:
         # Every request inside has its own deadline; this wait never outlives them by much.
         return future.result(self.retry.deadline_s * 2 + 5)
 
+    def put_bytes(self, url: str, data: bytes) -> None:
+        """Writes `data` as the object at `url` (replacing it), retried like reads."""
+        fs = self._filesystem()
+        path = fs._strip_protocol(url)
+        if fs.async_impl:
+            call: Callable[[], Awaitable[Any]] = lambda: fs._pipe_file(path, data)  # noqa: E731
+        else:
+            call = lambda: asyncio.to_thread(fs.pipe_file, path, data)  # noqa: E731
+        self._run(lambda: self._attempts(call, url, "writing"))
+
+    def put_file(self, local: str, url: str) -> None:
+        """Uploads the local file `local` as the object at `url`, retried like reads."""
+        fs = self._filesystem()
+        path = fs._strip_protocol(url)
+        if fs.async_impl:
+            call: Callable[[], Awaitable[Any]] = lambda: fs._put_file(local, path)  # noqa: E731
+        else:
+            call = lambda: asyncio.to_thread(fs.put_file, local, path)  # noqa: E731
+        self._run(lambda: self._attempts(call, url, "uploading to"))
+
     def glob(self, pattern: str) -> list[str]:
         """The URLs of the objects matching `pattern`, sorted."""
         fs = self._filesystem()
