@@ -1,6 +1,6 @@
 """Random-record reads from object stores (moto, fake-gcs-server) vs the C++ reader, JSON lines.
 
-Usage: python benchmarks/object_store.py [--records 4000] [--record-bytes 1024] [--seaweed]
+Usage: python benchmarks/object_store.py [--records 2000] [--record-bytes 1024] [--seaweed]
 
 Writes `records` random records into 2 ArrayRecord shards (group_size:1), puts
 them in a bucket of each server (started on 127.0.0.1 on free ports, as the
@@ -31,6 +31,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -150,7 +151,7 @@ def _amplification(put: Any, fs: Any, tmp: Path, records: list[bytes], rng: Any)
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--records", type=int, default=4000)
+    parser.add_argument("--records", type=int, default=2000)
     parser.add_argument("--record-bytes", type=int, default=1024)
     parser.add_argument("--seaweed", action="store_true", help="also SeaweedFS (starts in ~10 s)")
     args = parser.parse_args()
@@ -223,6 +224,8 @@ class _TmpFactory:
 
 
 if __name__ == "__main__":
+    # A terminated run still stops its servers (the ExitStack unwinds on SystemExit).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     sys.exit(main())

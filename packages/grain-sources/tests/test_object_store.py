@@ -392,3 +392,28 @@ def test_tfrecords_from_a_bucket_by_index_with_and_without_a_sidecar(moto_s3, tm
     assert copy[3] == records[3]
     local = TFRecordDataSource(tmp_path / "a.tfrecord")
     assert local[-1] == records[-1]
+
+
+# -- grain convert / grain inspect with bucket URLs ----------------------------------------
+
+
+def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path, monkeypatch, capsys):
+    from grain._cli import main
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_s3.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    lines = [f'{{"i": {i}}}' for i in range(50)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    src = moto_s3.put(tmp_path / "in.jsonl", "cli/in.jsonl")
+    assert main(["convert", src, "s3://bkt/cli/out", "--num-shards", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "read 50 records back from the bucket" in out
+    source = ArrayRecordDataSource("s3://bkt/cli/out@2")
+    assert [r.decode() for r in source] == lines
+    assert main(["inspect", "s3://bkt/cli/out-00000-of-00002"]) == 0
+    out = capsys.readouterr().out
+    assert "s3://bkt/cli/out-00000-of-00002" in out
+    assert "25" in out
+    assert main(["inspect", "s3://bkt/cli/missing"]) != 0
+    assert "does not exist" in capsys.readouterr().err

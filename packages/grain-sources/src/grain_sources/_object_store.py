@@ -381,6 +381,16 @@ class ObjectStore:
             call = lambda: asyncio.to_thread(fs.put_file, local, path)  # noqa: E731
         self._run(lambda: self._attempts(call, url, "uploading to"))
 
+    def get_file(self, url: str, local: str) -> None:
+        """Downloads the object at `url` into the local file `local`, retried like reads."""
+        fs = self._filesystem()
+        path = fs._strip_protocol(url)
+        if fs.async_impl:
+            call: Callable[[], Awaitable[Any]] = lambda: fs._get_file(path, local)  # noqa: E731
+        else:
+            call = lambda: asyncio.to_thread(fs.get_file, path, local)  # noqa: E731
+        self._run(lambda: self._attempts(call, url, "downloading"))
+
     def glob(self, pattern: str) -> list[str]:
         """The URLs of the objects matching `pattern`, sorted."""
         fs = self._filesystem()
