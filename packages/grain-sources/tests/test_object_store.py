@@ -366,8 +366,12 @@ def test_parquet_rows_from_a_bucket_match_the_local_file(moto_s3, tmp_path):
 
 
 def test_tfrecords_from_a_bucket_by_index_with_and_without_a_sidecar(moto_s3, tmp_path, caplog):
-    from grain_sources import TFRecordDataSource, TFRecordReader, write_tfrecord
-    from grain_sources import write_tfrecord_index
+    from grain_sources import (
+        TFRecordDataSource,
+        TFRecordReader,
+        write_tfrecord,
+        write_tfrecord_index,
+    )
 
     records = _records(80, seed=9)
     write_tfrecord(records, tmp_path / "a.tfrecord")
@@ -397,23 +401,38 @@ def test_tfrecords_from_a_bucket_by_index_with_and_without_a_sidecar(moto_s3, tm
 # -- grain convert / grain inspect with bucket URLs ----------------------------------------
 
 
-def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path, monkeypatch, capsys):
-    from grain._cli import main
+def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path):
+    import os
+    import shutil
+    import subprocess
+    import sys
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_s3.endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    grain_command = shutil.which("grain", path=os.path.dirname(sys.executable))
+    assert grain_command is not None
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": moto_s3.endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+
+    def grain_cli(*args):
+        return subprocess.run(
+            [grain_command, *args], env=env, capture_output=True, text=True, timeout=90
+        )
+
     lines = [f'{{"i": {i}}}' for i in range(50)]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     src = moto_s3.put(tmp_path / "in.jsonl", "cli/in.jsonl")
-    assert main(["convert", src, "s3://bkt/cli/out", "--num-shards", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "read 50 records back from the bucket" in out
-    source = ArrayRecordDataSource("s3://bkt/cli/out@2")
+    done = grain_cli("convert", src, "s3://bkt/cli/out", "--num-shards", "2")
+    assert done.returncode == 0, done.stderr
+    assert "read 50 records back from the bucket" in done.stdout
+    source = ArrayRecordDataSource("s3://bkt/cli/out@2", filesystem=moto_s3.filesystem())
     assert [r.decode() for r in source] == lines
-    assert main(["inspect", "s3://bkt/cli/out-00000-of-00002"]) == 0
-    out = capsys.readouterr().out
-    assert "s3://bkt/cli/out-00000-of-00002" in out
-    assert "25" in out
-    assert main(["inspect", "s3://bkt/cli/missing"]) != 0
-    assert "does not exist" in capsys.readouterr().err
+    done = grain_cli("inspect", "s3://bkt/cli/out-00000-of-00002")
+    assert done.returncode == 0, done.stderr
+    assert "s3://bkt/cli/out-00000-of-00002" in done.stdout
+    assert "25" in done.stdout
+    done = grain_cli("inspect", "s3://bkt/cli/missing")
+    assert done.returncode != 0
+    assert "does not exist" in done.stderr

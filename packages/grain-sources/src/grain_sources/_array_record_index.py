@@ -65,7 +65,7 @@ def _unreadable(url: str, why: str) -> UnreadableFileError:
     )
 
 
-def _records(raw: bytes, begin: int, url: str, verify: bool) -> list[bytes]:
+def _records(raw: bytes | memoryview, begin: int, url: str, verify: bool) -> list[bytes]:
     chunk = _riegeli.parse_chunk(_riegeli.strip_block_headers(raw, begin), url, begin, verify)
     values, bounds = _riegeli.simple_chunk_records(chunk, url, begin)
     return [values[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]

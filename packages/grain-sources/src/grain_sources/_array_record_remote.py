@@ -127,9 +127,9 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
                     index.url,
                     index.max_group_size,
                 )
-        self._setup(tuple(indexes))
+        self._setup_indexes(tuple(indexes))
 
-    def _setup(self, indexes: tuple[FileIndex, ...]) -> None:
+    def _setup_indexes(self, indexes: tuple[FileIndex, ...]) -> None:
         self._indexes = indexes
         # Files whose chunks hold several records: their chunks are worth caching.
         self._grouped = [index.max_group_size > 1 for index in indexes]
@@ -280,7 +280,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         self._verify = state["verify"]
         self._cache_bytes = state["cache_bytes"]
         self._gap = state["gap"]
-        self._setup(state["indexes"])
+        self._setup_indexes(state["indexes"])
 
     def __repr__(self) -> str:
         urls = self.paths

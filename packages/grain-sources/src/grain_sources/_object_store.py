@@ -19,6 +19,7 @@ the parent's sockets or event loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import os
 import random
@@ -233,7 +234,7 @@ class ObjectStore:
 
     def read(self, url: str, offset: int, length: int) -> bytes:
         """The `length` bytes of the object at `url` from byte `offset`."""
-        return self.read_many([(url, offset, length)])[0]
+        return bytes(self.read_many([(url, offset, length)])[0])
 
     def read_many(
         self, requests: Sequence[tuple[str, int, int]], coalesce_gap: int | None = None
@@ -357,7 +358,10 @@ class ObjectStore:
             import fsspec.asyn
 
             loop = fsspec.asyn.get_loop()
-        future = asyncio.run_coroutine_threadsafe(make(), loop)  # type: ignore[arg-type]
+        future: concurrent.futures.Future[Any] = asyncio.run_coroutine_threadsafe(
+            make(),  # type: ignore[arg-type]
+            loop,
+        )
         # Every request inside has its own deadline; this wait never outlives them by much.
         return future.result(self.retry.deadline_s * 2 + 5)
 

@@ -49,7 +49,7 @@ def physical_end(begin: int, logical_size: int) -> int:
     return begin + logical_size + overhead * BLOCK_HEADER_SIZE
 
 
-def strip_block_headers(data: bytes, begin: int) -> bytes:
+def strip_block_headers(data: bytes | memoryview, begin: int) -> bytes | memoryview:
     """`data` read from file position `begin`, without the block headers inside it."""
     first = -(-begin // BLOCK_SIZE) * BLOCK_SIZE
     if first >= begin + len(data):
@@ -67,14 +67,16 @@ class Chunk:
 
     __slots__ = ("chunk_type", "data", "decoded_size", "num_records")
 
-    def __init__(self, chunk_type: int, num_records: int, decoded_size: int, data: bytes):
+    def __init__(
+        self, chunk_type: int, num_records: int, decoded_size: int, data: bytes | memoryview
+    ):
         self.chunk_type = chunk_type
         self.num_records = num_records
         self.decoded_size = decoded_size
         self.data = data
 
 
-def parse_chunk(raw: bytes, name: str, position: int, verify: bool = True) -> Chunk:
+def parse_chunk(raw: bytes | memoryview, name: str, position: int, verify: bool = True) -> Chunk:
     """The chunk at the start of `raw` (block headers already removed).
 
     Raises UnreadableFileError naming `name` and `position` when the chunk is

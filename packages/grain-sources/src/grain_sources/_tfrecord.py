@@ -289,7 +289,7 @@ class TFRecordReader(ResumableReader[bytes]):
         # buffering=1 would ask for line buffering, which binary files lack.
         buffering = max(buffering, 2)
         if self._store is None:
-            return open(self._path, "rb", buffering=buffering)  # noqa: SIM115 - caller closes
+            return open(self._path, "rb", buffering=buffering)
         raw = RangeFile(self._store, self._path, self._remote_size)
         return io.BufferedReader(raw, buffer_size=buffering)  # type: ignore[return-value]
 

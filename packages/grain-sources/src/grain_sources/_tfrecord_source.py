@@ -116,11 +116,10 @@ class TFRecordDataSource:
     def __init__(self, paths: Any, *, filesystem: Any = None, verify_crc: bool = True):
         listed = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         first = os.fspath(listed[0]) if listed else ""
-        self._store = store_for(first, filesystem) if remote(first, filesystem) else None
-        if self._store is None:
+        local = not remote(first, filesystem)
+        self._store = ObjectStore("file") if local else store_for(first, filesystem)
+        if local:
             self._files = tuple(expand(paths))
-            self._store = ObjectStore("file")
-            local = True
         else:
             if {protocol_of(os.fspath(path)) for path in listed} != {self._store.protocol}:
                 raise ValueError("`paths` mixes URL protocols: one source reads one store.")

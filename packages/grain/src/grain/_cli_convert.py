@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 import grain
+import grain_sources
 from grain._cli_common import (
     EXIT_OK,
     CommandError,
@@ -38,7 +39,6 @@ from grain._cli_common import (
     format_bytes,
     format_rate,
 )
-import grain_sources
 from grain_sources import write_array_record
 
 SUMMARY = "write ArrayRecord shards from JSON lines, Parquet, .npy files or a HuggingFace dataset"
