@@ -162,6 +162,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         tmp_path = Path(tmp)
         paths = grain_sources.write_array_record(records, tmp_path / "data", num_shards=2)
+        moto = _start(stack, servers, "moto", tmp_path)
+        gcs = _start(stack, servers, "gcs", tmp_path)
+        weed = _start(stack, servers, "seaweed", tmp_path) if args.seaweed else None
         local = ArrayRecordDataSource(paths)
         for threads in (1, 8, 32):
             rate, ok = _random_threads(local, order, threads, records)
@@ -176,13 +179,9 @@ def main() -> None:
         rate, ok = _workers(local, len(records))
         _emit(case="workers_2", server="local C++ reader", records_per_s=round(rate), ok=ok)
 
-        targets = []
-        moto = _start(stack, servers, "moto", tmp_path)
-        targets.append(("moto (S3)", moto.put, moto.filesystem()))
-        gcs = _start(stack, servers, "gcs", tmp_path)
+        targets = [("moto (S3)", moto.put, moto.filesystem())]
         targets.append(("fake-gcs-server (GCS)", gcs.put, None))
-        if args.seaweed:
-            weed = _start(stack, servers, "seaweed", tmp_path)
+        if weed is not None:
             targets.append(("SeaweedFS (S3)", weed.put, weed.filesystem()))
         for name, put, fs in targets:
             urls = [put(path, Path(path).name) for path in paths]

@@ -97,6 +97,31 @@ def test_reads_from_gcs(fake_gcs, shards):
     assert source.__getitems__(order) == [records[i] for i in order]
 
 
+def test_a_worker_started_without_the_emulator_variable_reads_the_same_server(
+    fake_gcs, shards, tmp_path
+):
+    import os
+    import subprocess
+    import sys
+
+    paths, records = shards
+    url = fake_gcs.put(paths[0], "w-" + paths[0].rsplit("/", 1)[1])
+    (tmp_path / "source.pkl").write_bytes(pickle.dumps(ArrayRecordDataSource(url)))
+    env = {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
+    script = (
+        "import pickle, sys; source = pickle.load(open(sys.argv[1], 'rb')); "
+        "sys.stdout.buffer.write(source[7])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "source.pkl")],
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert done.stdout == records[7]
+
+
 @pytest.mark.parametrize(
     "options",
     ["group_size:7,brotli:3", "group_size:16,snappy", "group_size:4,uncompressed"],

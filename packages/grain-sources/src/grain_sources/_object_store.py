@@ -140,6 +140,8 @@ class ObjectStore:
         self.protocol = protocol
         self._given = filesystem
         self._options = dict(storage_options or {})
+        if filesystem is None and "endpoint_url" not in self._options:
+            self._options.update(_endpoint_from_environment(protocol))
         self.retry = retry or RetryPolicy()
         self._max_concurrency = max_concurrency
         self._reset()
@@ -194,7 +196,7 @@ class ObjectStore:
             return type(given)(**{**given.storage_options, "skip_instance_cache": True})
         options = {**_default_options(self.protocol), **self._options}
         try:
-            if self.protocol in ("gs", "gcs") and os.environ.get("STORAGE_EMULATOR_HOST"):
+            if self.protocol in ("gs", "gcs") and "endpoint_url" in options:
                 # gcsfs's default class (unless GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false)
                 # probes a bucket-type API that emulators lack, a minute per filesystem;
                 # the core class reads objects the same way without it.
@@ -427,17 +429,33 @@ def _default_options(protocol: str) -> dict[str, Any]:
                 "read_timeout": 30,
             },
         }
-    if protocol in ("gs", "gcs") and os.environ.get("STORAGE_EMULATOR_HOST"):
-        return {"token": "anon"}
     return {}
 
 
-_STORES: dict[tuple[str, int], ObjectStore] = {}
+def _endpoint_from_environment(protocol: str) -> dict[str, str]:
+    """The endpoint the environment names for `protocol`, kept in the pickled store.
+
+    Worker processes may have been started (a fork server) before the variable
+    was set; carrying the endpoint makes them read the same server as the parent.
+    """
+    if protocol in ("gs", "gcs"):
+        host = os.environ.get("STORAGE_EMULATOR_HOST")
+        if host:
+            # An emulator: anonymous, no credentials to look for.
+            return {"endpoint_url": host if "://" in host else f"http://{host}", "token": "anon"}
+    if protocol in ("s3", "s3a"):
+        url = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if url:
+            return {"endpoint_url": url}
+    return {}
+
+
+_STORES: dict[tuple[str, int, str], ObjectStore] = {}
 
 
 def default_store(protocol: str) -> ObjectStore:
     """One shared store per protocol (and process) for URLs read without `filesystem=`."""
-    key = (protocol, os.getpid())
+    key = (protocol, os.getpid(), str(_endpoint_from_environment(protocol)))
     store = _STORES.get(key)
     if store is None:
         store = _STORES.setdefault(key, ObjectStore(protocol))
