@@ -10,7 +10,8 @@ tests do), and measures in one run:
                      T reader threads (T = 1, 8, 32), for each server and for the
                      C++ reader on the same files through a local path;
   random_batched     records/s of ``source.__getitems__`` in batches of 256 (one
-                     concurrent round trip per batch), one thread;
+                     concurrent round trip per batch), one thread; `_no_hash`
+                     with ``verify_hashes=False`` (the pure-Python hash's cost);
   workers_2          records/s of a shuffled pipeline with 2 worker processes
                      (``mp_prefetch``, 16 reading threads each), start-up excluded;
   first_batch_s      seconds from creating the source (opening the footers) to
@@ -193,6 +194,9 @@ def main() -> None:
                 )
             rate, ok = _batched(source, order, records)
             _emit(case="random_batched", server=name, records_per_s=round(rate), ok=ok)
+            unverified = ArrayRecordDataSource(urls, filesystem=fs, verify_hashes=False)
+            rate, ok = _batched(unverified, order, records)
+            _emit(case="random_batched_no_hash", server=name, records_per_s=round(rate), ok=ok)
             rate, ok = _workers(source, len(records))
             _emit(case="workers_2", server=name, records_per_s=round(rate), ok=ok)
             seconds, ok = _first_batch(
