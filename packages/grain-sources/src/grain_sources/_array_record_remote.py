@@ -131,6 +131,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
 
     def _setup_indexes(self, indexes: tuple[FileIndex, ...]) -> None:
         self._indexes = indexes
+        self._files = tuple(index.url for index in indexes)
         # Files whose chunks hold several records: their chunks are worth caching.
         self._grouped = [index.max_group_size > 1 for index in indexes]
         counts = np.array([index.num_records for index in indexes], dtype=np.int64)
@@ -139,9 +140,6 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         self._length = int(self._ends[-1]) if len(indexes) else 0
         self._cache = _ChunkCache(self._cache_bytes)
         self._closed = False
-
-    def __len__(self) -> int:
-        return self._length
 
     def __getitem__(self, index: int) -> bytes:
         return self.__getitems__([record_index(index, self._length, self)])[0]
@@ -234,37 +232,15 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             finally:
                 ahead.cancel()
 
-    def __iter__(self) -> Iterator[bytes]:
-        step = 1024
-        for start in range(0, self._length, step):
-            yield from self.__getitems__(np.arange(start, min(start + step, self._length)))
-
-    @property
-    def paths(self) -> list[str]:
-        """The objects, in the order their records are numbered."""
-        return [index.url for index in self._indexes]
-
     @property
     def store(self) -> ObjectStore:
         """The range-read layer this source reads through."""
         return self._store
 
-    def num_records(self, file: int | None = None) -> int:
-        """The records of file number `file`, or of all files when None."""
-        if file is None:
-            return self._length
-        return self._indexes[file].num_records
-
     def close(self) -> None:
         """Drops the chunk cache; later reads raise."""
         self._closed = True
         self._cache = _ChunkCache(0)
-
-    def __enter__(self) -> RemoteArrayRecordDataSource:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -281,11 +257,3 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         self._cache_bytes = state["cache_bytes"]
         self._gap = state["gap"]
         self._setup_indexes(state["indexes"])
-
-    def __repr__(self) -> str:
-        urls = self.paths
-        if not urls:
-            return "ArrayRecordDataSource(0 files, len=0)"
-        shown = repr(urls[0]) if len(urls) == 1 else f"{urls[0]!r} ... {urls[-1]!r}"
-        count = "1 file" if len(urls) == 1 else f"{len(urls)} files"
-        return f"ArrayRecordDataSource({count}: {shown}, len={self._length})"

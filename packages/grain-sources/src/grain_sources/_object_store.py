@@ -220,13 +220,7 @@ class ObjectStore:
 
     def size(self, url: str) -> int:
         """The size of the object at `url`, in bytes."""
-        fs = self._filesystem()
-        path = fs._strip_protocol(url)
-        if fs.async_impl:
-            call: Callable[[], Awaitable[Any]] = lambda: fs._info(path)  # noqa: E731
-        else:
-            call = lambda: asyncio.to_thread(fs.info, path)  # noqa: E731
-        info = self._run(lambda: self._attempts(call, url, "reading the size of"))
+        info = self._call("info", url, "reading the size of")
         if info.get("type") == "directory":
             raise IsADirectoryError(
                 f"{url!r} is a directory (a prefix), not an object: name an object in it, or "
@@ -367,35 +361,32 @@ class ObjectStore:
         # Every request inside has its own deadline; this wait never outlives them by much.
         return future.result(self.retry.deadline_s * 2 + 5)
 
-    def put_bytes(self, url: str, data: bytes) -> None:
-        """Writes `data` as the object at `url` (replacing it), retried like reads."""
+    def _call(self, method: str, url: str, what: str, *args: Any, path_last: bool = False) -> Any:
+        """``fs.<method>(path, *args)`` (or ``(*args, path)``), retried within the deadline.
+
+        Async filesystems run their coroutine ``_<method>`` on their loop; others
+        run the plain method in a thread.
+        """
         fs = self._filesystem()
         path = fs._strip_protocol(url)
+        ordered = (*args, path) if path_last else (path, *args)
         if fs.async_impl:
-            call: Callable[[], Awaitable[Any]] = lambda: fs._pipe_file(path, data)  # noqa: E731
+            call: Callable[[], Awaitable[Any]] = lambda: getattr(fs, f"_{method}")(*ordered)  # noqa: E731
         else:
-            call = lambda: asyncio.to_thread(fs.pipe_file, path, data)  # noqa: E731
-        self._run(lambda: self._attempts(call, url, "writing"))
+            call = lambda: asyncio.to_thread(getattr(fs, method), *ordered)  # noqa: E731
+        return self._run(lambda: self._attempts(call, url, what))
+
+    def put_bytes(self, url: str, data: bytes) -> None:
+        """Writes `data` as the object at `url` (replacing it), retried like reads."""
+        self._call("pipe_file", url, "writing", data)
 
     def put_file(self, local: str, url: str) -> None:
         """Uploads the local file `local` as the object at `url`, retried like reads."""
-        fs = self._filesystem()
-        path = fs._strip_protocol(url)
-        if fs.async_impl:
-            call: Callable[[], Awaitable[Any]] = lambda: fs._put_file(local, path)  # noqa: E731
-        else:
-            call = lambda: asyncio.to_thread(fs.put_file, local, path)  # noqa: E731
-        self._run(lambda: self._attempts(call, url, "uploading to"))
+        self._call("put_file", url, "uploading to", local, path_last=True)
 
     def get_file(self, url: str, local: str) -> None:
         """Downloads the object at `url` into the local file `local`, retried like reads."""
-        fs = self._filesystem()
-        path = fs._strip_protocol(url)
-        if fs.async_impl:
-            call: Callable[[], Awaitable[Any]] = lambda: fs._get_file(path, local)  # noqa: E731
-        else:
-            call = lambda: asyncio.to_thread(fs.get_file, path, local)  # noqa: E731
-        self._run(lambda: self._attempts(call, url, "downloading"))
+        self._call("get_file", url, "downloading", local)
 
     def glob(self, pattern: str) -> list[str]:
         """The URLs of the objects matching `pattern`, sorted."""
