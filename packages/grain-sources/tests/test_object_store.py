@@ -185,6 +185,9 @@ def test_a_corrupt_chunk_is_caught_by_its_hash(moto_s3, tmp_path):
     assert source[1] == records[1]
     with pytest.raises(UnreadableFileError, match=r"'s3://bkt/bad.ar'.*wrong hash"):
         source[0]
+    # A batch verifies its chunks together: the bad one is still named.
+    with pytest.raises(UnreadableFileError, match=r"'s3://bkt/bad.ar': the data of the chunk at"):
+        source.__getitems__(np.arange(20)[::-1])
 
 
 def test_denied_access_is_named_at_once(moto_s3, fault_proxy, s3_shards):

@@ -181,12 +181,19 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             index = self._indexes[files[i]]
             begin, end = int(index.offsets[chunks[i]]), int(index.offsets[chunks[i] + 1])
             requests.append((index.url, begin, end - begin))
-        for i, (url, begin, _), raw in zip(
-            missing, requests, self._store.read_many(requests, self._gap), strict=True
-        ):
-            chunk = _riegeli.parse_chunk(
-                _riegeli.strip_block_headers(raw, begin), url, begin, self._verify
+        raws = [
+            _riegeli.strip_block_headers(raw, begin)
+            for (_, begin, _), raw in zip(
+                requests, self._store.read_many(requests, self._gap), strict=True
             )
+        ]
+        if self._verify:
+            # All hashes of the batch at once; parse_chunk then trusts them.
+            _riegeli.verify_chunks(
+                raws, [url for url, _, _ in requests], [begin for _, begin, _ in requests]
+            )
+        for i, (url, begin, _), raw in zip(missing, requests, raws, strict=True):
+            chunk = _riegeli.parse_chunk(raw, url, begin, verify=False)
             values, bounds = _riegeli.simple_chunk_records(chunk, url, begin)
             item = (values, bounds.tolist())
             if self._grouped[files[i]]:

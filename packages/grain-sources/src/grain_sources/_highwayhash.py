@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 _M = 0xFFFFFFFFFFFFFFFF
 _M32 = 0xFFFFFFFF
 _INIT0 = (0xDBE6D5D5FE4CCE2F, 0xA4093822299F31D0, 0x13198A2E03707344, 0x243F6A8885A308D3)
@@ -45,6 +47,23 @@ def _zipper(v1: int, v0: int) -> tuple[int, int]:
         | (v0 & 0xFF00000000000000)
     )
     return add1, add0
+
+
+def _remainder_packet(tail: bytes) -> bytes:
+    """The 32-byte packet made of the last ``len(data) % 32`` bytes of the input."""
+    size = len(tail)
+    whole = size & ~3
+    packet = bytearray(32)
+    packet[:whole] = tail[:whole]
+    rest = tail[whole:]
+    if size & 16:
+        # The last four bytes of the input, wherever they start.
+        packet[28:32] = tail[size - 4 : size]
+    elif rest:
+        packet[16] = rest[0]
+        packet[17] = rest[len(rest) >> 1]
+        packet[18] = rest[-1]
+    return bytes(packet)
 
 
 class _State:
@@ -87,18 +106,7 @@ class _State:
             halves = [((h << size) | (h >> (32 - size))) & _M32 if size else h for h in halves]
             rotated.append(halves[0] | (halves[1] << 32))
         self.v1 = rotated
-        whole = size & ~3
-        packet = bytearray(32)
-        packet[:whole] = tail[:whole]
-        rest = tail[whole:]
-        if size & 16:
-            # The last four bytes of the input, wherever they start.
-            packet[28:32] = tail[size - 4 : size]
-        elif rest:
-            packet[16] = rest[0]
-            packet[17] = rest[len(rest) >> 1]
-            packet[18] = rest[-1]
-        self.update(_LANES.unpack(packet))
+        self.update(_LANES.unpack(_remainder_packet(tail)))
 
     def finish(self) -> int:
         for _ in range(4):
@@ -169,3 +177,116 @@ def hash64(
     if len(view) & 31:
         state.remainder(bytes(view[whole:]))
     return state.finish()
+
+
+# -- many inputs at once -------------------------------------------------------------------
+#
+# A batch of chunks is hashed together: the inputs are independent, so numpy updates
+# the lanes of all of them per packet (uint64 arithmetic wraps mod 2**64 exactly as
+# the algorithm wants). Inputs are sorted longest first, so packet k updates the
+# first `active[k]` rows only. The cost is per packet of the longest input, not per
+# input: a batch of 256 1-KiB records costs about what one does in pure Python.
+
+_U = np.uint64
+_LO32 = _U(_M32)
+_SHIFT32 = _U(32)
+
+
+def _rot32(x: np.ndarray) -> np.ndarray:
+    return (x >> _SHIFT32) | (x << _SHIFT32)
+
+
+def _zipper_many(hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`_zipper` on arrays of lane pairs."""
+    add0 = (
+        (((lo & _U(0xFF000000)) | (hi & _U(0xFF00000000))) >> _U(24))
+        | (((lo & _U(0xFF0000000000)) | (hi & _U(0xFF000000000000))) >> _U(16))
+        | (lo & _U(0xFF0000))
+        | ((lo & _U(0xFF00)) << _U(32))
+        | ((hi & _U(0xFF00000000000000)) >> _U(8))
+        | (lo << _U(56))
+    )
+    add1 = (
+        (((hi & _U(0xFF000000)) | (lo & _U(0xFF00000000))) >> _U(24))
+        | (hi & _U(0xFF0000))
+        | ((hi & _U(0xFF0000000000)) >> _U(16))
+        | ((hi & _U(0xFF00)) << _U(24))
+        | ((lo & _U(0xFF000000000000)) >> _U(8))
+        | ((hi & _U(0xFF)) << _U(48))
+        | (lo & _U(0xFF00000000000000))
+    )
+    return add1, add0
+
+
+def _update_many(state: list[np.ndarray], packet: np.ndarray, rows: int) -> None:
+    """One packet (rows x 4 lanes) into the first `rows` rows of state [v0, v1, mul0, mul1]."""
+    v0, v1, mul0, mul1 = (part[:rows] for part in state)
+    v1 += mul0 + packet
+    mul0 ^= (v1 & _LO32) * (v0 >> _SHIFT32)
+    v0 += mul1
+    mul1 ^= (v0 & _LO32) * (v1 >> _SHIFT32)
+    add1, add0 = _zipper_many(v1[:, 1::2], v1[:, 0::2])
+    v0[:, 1::2] += add1
+    v0[:, 0::2] += add0
+    add1, add0 = _zipper_many(v0[:, 1::2], v0[:, 0::2])
+    v1[:, 1::2] += add1
+    v1[:, 0::2] += add0
+
+
+def hash64_many(
+    inputs: list[bytes | memoryview], key: tuple[int, int, int, int] = RIEGELI_KEY
+) -> list[int]:
+    """`hash64` of each of `inputs`, computed together (see above)."""
+    count = len(inputs)
+    if count < 4:
+        return [hash64(data, key) for data in inputs]
+    sizes = np.array([len(data) for data in inputs], dtype=np.int64)
+    order = np.argsort(-sizes, kind="stable")
+    packets = sizes[order] // 32
+    most = int(packets[0])
+    # Each input's whole packets, zero-padded to the longest: (count, most, 4) lanes.
+    table = np.zeros((count, most * 32), dtype=np.uint8)
+    for row, index in enumerate(order.tolist()):
+        whole = int(packets[row]) * 32
+        table[row, :whole] = np.frombuffer(inputs[index], dtype=np.uint8, count=whole)
+    lanes = table.view("<u8").reshape(count, most, 4)
+    key_lanes = np.array(key, dtype=np.uint64)
+    state = [
+        np.tile(np.array(_INIT0, dtype=np.uint64) ^ key_lanes, (count, 1)),
+        np.tile(np.array(_INIT1, dtype=np.uint64) ^ _rot32(key_lanes), (count, 1)),
+        np.tile(np.array(_INIT0, dtype=np.uint64), (count, 1)),
+        np.tile(np.array(_INIT1, dtype=np.uint64), (count, 1)),
+    ]
+    # Rows with more than k packets, for each k: a prefix, as rows are sorted.
+    active = np.searchsorted(-packets, -np.arange(most), side="left")
+    for k in range(most):
+        rows = int(active[k])
+        _update_many(state, lanes[:rows, k], rows)
+    tails = sizes[order] % 32
+    if tails.any():
+        with_tail = np.flatnonzero(tails)
+        tail = tails[with_tail].astype(np.uint64)
+        v0, v1 = state[0], state[1]
+        v0[with_tail] += ((tail << _SHIFT32) + tail)[:, None]
+        shift = tail[:, None]
+        halves = [v1[with_tail] & _LO32, v1[with_tail] >> _SHIFT32]
+        rotated = [((h << shift) | (h >> (_U(32) - shift))) & _LO32 for h in halves]
+        v1[with_tail] = rotated[0] | (rotated[1] << _SHIFT32)
+        extra = np.frombuffer(
+            b"".join(
+                _remainder_packet(bytes(inputs[int(order[row])][-int(tails[row]) :]))
+                for row in with_tail.tolist()
+            ),
+            dtype="<u8",
+        ).reshape(-1, 4)
+        # The rows with a tail are not a prefix: update a copy of them and put it back.
+        sub = [part[with_tail] for part in state]
+        _update_many(sub, extra, len(with_tail))
+        for part, updated in zip(state, sub, strict=True):
+            part[with_tail] = updated
+    for _ in range(4):
+        _update_many(state, _rot32(state[0][:, [2, 3, 0, 1]]), count)
+    total = state[0][:, 0] + state[1][:, 0] + state[2][:, 0] + state[3][:, 0]
+    out = np.empty(count, dtype=np.uint64)
+    out[order] = total
+    return out.tolist()

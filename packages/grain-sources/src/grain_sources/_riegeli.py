@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from grain_sources._checks import UnreadableFileError
-from grain_sources._highwayhash import hash64
+from grain_sources._highwayhash import hash64, hash64_many
 
 BLOCK_SIZE = 1 << 16
 BLOCK_HEADER_SIZE = 24
@@ -105,6 +105,27 @@ def parse_chunk(raw: bytes | memoryview, name: str, position: int, verify: bool 
             "is corrupt or was changed after the source was created."
         )
     return Chunk(type_and_count & 0xFF, type_and_count >> 8, decoded_size, data)
+
+
+def verify_chunks(raws: list[bytes | memoryview], name: list[str], position: list[int]) -> None:
+    """Checks the header and data hashes of many chunks at once (`hash64_many`).
+
+    `raws` are chunks without block headers, as `parse_chunk` takes them; the
+    first one that fails raises the error `parse_chunk` would.
+    """
+    headers = [memoryview(raw)[8:CHUNK_HEADER_SIZE] for raw in raws]
+    fields = [_HEADER.unpack_from(raw) for raw in raws if len(raw) >= CHUNK_HEADER_SIZE]
+    if len(fields) != len(raws):
+        return  # parse_chunk names the truncated one
+    datas = [
+        memoryview(raw)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + field[1]]
+        for raw, field in zip(raws, fields, strict=True)
+    ]
+    hashes = hash64_many(headers + datas)
+    count = len(raws)
+    for i, field in enumerate(fields):
+        if hashes[i] != field[0] or hashes[count + i] != field[2]:
+            parse_chunk(raws[i], name[i], position[i], verify=True)
 
 
 def decode_varints(buffer: Any) -> np.ndarray:
