@@ -104,62 +104,70 @@ def _first_batch(make_source: Any) -> tuple:
     return time.perf_counter() - start, len(batch) == 32
 
 
+def _amplification_of(name: str, store: Any, read: Any, delivered: int) -> None:
+    """Emits bytes moved per byte delivered while `read()` (which returns ok) runs."""
+    before = store.bytes_read
+    ok = read()
+    moved = store.bytes_read - before
+    _emit(
+        case="amplification",
+        format=name,
+        bytes_per_byte=round(moved / delivered, 3),
+        how="measured",
+        ok=bool(ok),
+    )
+
+
 def _amplification(put: Any, fs: Any, tmp: Path, records: list[bytes], rng: Any) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     sample = rng.permutation(len(records))[:300]
-    delivered = sum(len(records[int(i)]) for i in sample)
+    expected = [records[int(i)] for i in sample]
+    delivered = sum(map(len, expected))
     for group in (1, 64):
         (path,) = grain_sources.write_array_record(
             records, tmp / f"amp{group}.ar", options=f"group_size:{group},zstd:3"
         )
         source = ArrayRecordDataSource(put(path, f"amp{group}.ar"), filesystem=fs)
-        before = source.store.bytes_read
-        ok = source.__getitems__(sample) == [records[int(i)] for i in sample]
-        moved = source.store.bytes_read - before
-        _emit(
-            case="amplification",
-            format=f"array_record group_size:{group}",
-            bytes_per_byte=round(moved / delivered, 2),
-            how="measured",
-            ok=ok,
+        _amplification_of(
+            f"array_record group_size:{group}",
+            source.store,
+            lambda source=source: source.__getitems__(sample) == expected,
+            delivered,
         )
-    # Parquet: a random row through ParquetReader (its row group); TFRecord by its index.
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    # Parquet: a random row through ParquetReader costs its row group.
+    few = sample[:40].tolist()
 
-    few = sample[:40]
-    wanted = sum(len(records[int(i)]) for i in few)
-    for rows in (100, 1000):
-        pq.write_table(pa.table({"r": records}), tmp / f"p{rows}.parquet", row_group_size=rows)
-        url = put(tmp / f"p{rows}.parquet", f"p{rows}.parquet")
-        reader = grain_sources.ParquetReader(url, filesystem=fs)
-        store = reader._store
-        before = store.bytes_read
+    def random_rows(reader: Any) -> bool:
         ok = True
-        for i in few.tolist():
+        for i in few:
             reader.seek(i)
             ok &= next(reader)["r"] == records[i]
-            reader.close()  # a random row elsewhere: its row group is read again
-        moved = store.bytes_read - before
-        _emit(
-            case="amplification",
-            format=f"parquet {rows} rows/group",
-            bytes_per_byte=round(moved / wanted, 1),
-            how="measured",
-            ok=ok,
+            reader.close()  # the next random row is elsewhere: its row group is read anew
+        return ok
+
+    for rows in (100, 1000):
+        pq.write_table(pa.table({"r": records}), tmp / f"p{rows}.parquet", row_group_size=rows)
+        reader = grain_sources.ParquetReader(
+            put(tmp / f"p{rows}.parquet", f"p{rows}.parquet"), filesystem=fs
         )
+        _amplification_of(
+            f"parquet {rows} rows/group",
+            reader._store,
+            lambda reader=reader: random_rows(reader),
+            sum(len(records[i]) for i in few),
+        )
+    # TFRecord by its sidecar offset index.
     grain_sources.write_tfrecord(records, tmp / "t.tfrecord")
     url = put(tmp / "t.tfrecord", "t.tfrecord")
     grain_sources.write_tfrecord_index(url, filesystem=fs)
-    source = grain_sources.TFRecordDataSource(url, filesystem=fs)
-    before = source._store.bytes_read
-    ok = source.__getitems__(sample) == [records[int(i)] for i in sample]
-    moved = source._store.bytes_read - before
-    _emit(
-        case="amplification",
-        format="tfrecord with offset index",
-        bytes_per_byte=round(moved / delivered, 3),
-        how="measured",
-        ok=ok,
+    tfrecords = grain_sources.TFRecordDataSource(url, filesystem=fs)
+    _amplification_of(
+        "tfrecord with offset index",
+        tfrecords._store,
+        lambda: tfrecords.__getitems__(sample) == expected,
+        delivered,
     )
 
 

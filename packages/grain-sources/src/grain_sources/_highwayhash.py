@@ -14,6 +14,7 @@ in tests/test_riegeli.py.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -75,26 +76,6 @@ class _State:
         self.v0 = [m ^ k for m, k in zip(_INIT0, key, strict=True)]
         self.v1 = [m ^ (((k >> 32) | (k << 32)) & _M) for m, k in zip(_INIT1, key, strict=True)]
 
-    def update(self, a: tuple[int, ...]) -> None:
-        v0, v1, mul0, mul1 = self.v0, self.v1, self.mul0, self.mul1
-        for i in range(4):
-            v1[i] = (v1[i] + mul0[i] + a[i]) & _M
-            mul0[i] ^= (v1[i] & _M32) * (v0[i] >> 32)
-            v0[i] = (v0[i] + mul1[i]) & _M
-            mul1[i] ^= (v0[i] & _M32) * (v1[i] >> 32)
-        add1, add0 = _zipper(v1[1], v1[0])
-        v0[1] = (v0[1] + add1) & _M
-        v0[0] = (v0[0] + add0) & _M
-        add1, add0 = _zipper(v1[3], v1[2])
-        v0[3] = (v0[3] + add1) & _M
-        v0[2] = (v0[2] + add0) & _M
-        add1, add0 = _zipper(v0[1], v0[0])
-        v1[1] = (v1[1] + add1) & _M
-        v1[0] = (v1[0] + add0) & _M
-        add1, add0 = _zipper(v0[3], v0[2])
-        v1[3] = (v1[3] + add1) & _M
-        v1[2] = (v1[2] + add0) & _M
-
     def remainder(self, tail: bytes) -> None:
         size = len(tail)  # < 32
         for i in range(4):
@@ -106,23 +87,24 @@ class _State:
             halves = [((h << size) | (h >> (32 - size))) & _M32 if size else h for h in halves]
             rotated.append(halves[0] | (halves[1] << 32))
         self.v1 = rotated
-        self.update(_LANES.unpack(_remainder_packet(tail)))
+        _packets(self, memoryview(_remainder_packet(tail)), 32)
 
     def finish(self) -> int:
         for _ in range(4):
             v0 = self.v0
-            self.update(
-                tuple(((lane >> 32) | (lane << 32)) & _M for lane in (v0[2], v0[3], v0[0], v0[1]))
-            )
+            permuted = [((lane >> 32) | (lane << 32)) & _M for lane in (v0[2], v0[3], v0[0], v0[1])]
+            _packets(self, memoryview(_LANES.pack(*permuted)), 32)
         return (self.v0[0] + self.v1[0] + self.mul0[0] + self.mul1[0]) & _M
 
 
 def _packets(state: _State, view: memoryview, whole: int) -> None:
-    """`_State.update` over every 32-byte packet of ``view[:whole]``, unrolled.
+    """Updates `state` with every 32-byte packet of ``view[:whole]``, unrolled.
 
-    The same arithmetic as `_State.update` with the sixteen lanes held in locals:
-    about four times faster in CPython, which is what makes verifying every chunk
-    affordable.
+    Per packet: each lane of v1 takes mul0 and the input, mul0 a 32x32-bit
+    product of v1 and v0, v0 takes mul1, mul1 a product of v0 and v1; then the
+    zipper merges add byte shuffles of v1's lane pairs to v0 and of v0's to v1.
+    Unrolled, with the sixteen lanes in locals: CPython's list indexing would
+    otherwise cost several times more.
     """
     a0, a1, a2, a3 = state.v0
     b0, b1, b2, b3 = state.v1
@@ -219,7 +201,10 @@ def _zipper_many(hi: np.ndarray, lo: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def _update_many(state: list[np.ndarray], packet: np.ndarray, rows: int) -> None:
-    """One packet (rows x 4 lanes) into the first `rows` rows of state [v0, v1, mul0, mul1]."""
+    """One packet (rows x 4 lanes) into the first `rows` rows of state [v0, v1, mul0, mul1].
+
+    The arithmetic of `_packets`, on arrays.
+    """
     v0, v1, mul0, mul1 = (part[:rows] for part in state)
     v1 += mul0 + packet
     mul0 ^= (v1 & _LO32) * (v0 >> _SHIFT32)
@@ -234,7 +219,7 @@ def _update_many(state: list[np.ndarray], packet: np.ndarray, rows: int) -> None
 
 
 def hash64_many(
-    inputs: list[bytes | memoryview], key: tuple[int, int, int, int] = RIEGELI_KEY
+    inputs: Sequence[bytes | memoryview], key: tuple[int, int, int, int] = RIEGELI_KEY
 ) -> list[int]:
     """`hash64` of each of `inputs`, computed together (see above)."""
     count = len(inputs)
