@@ -87,12 +87,21 @@ class ArrayRecordDataSource:
         ds = grain.MapDataset.source(source).shuffle(seed=0).map(decode)
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> ArrayRecordDataSource:
-        if cls is ArrayRecordDataSource and (args or "paths" in kwargs):
-            paths = args[0] if args else kwargs["paths"]
+    def __new__(
+        cls,
+        paths: PathLike | Sequence[PathLike] | None = None,
+        reader_options: str | Mapping[str, str] | None = None,
+        *,
+        filesystem: Any = None,
+        retry: RetryPolicy | None = None,
+        **options: Any,
+    ) -> ArrayRecordDataSource:
+        # URLs (or a filesystem) are read by our own reader; unpickling calls this
+        # with no arguments and keeps the pickled class.
+        if cls is ArrayRecordDataSource and paths is not None:
             listed = [paths] if isinstance(paths, str | os.PathLike) else paths
             urls = isinstance(listed, Sequence) and any(is_url(path) for path in listed)
-            if urls or kwargs.get("filesystem") is not None:
+            if urls or filesystem is not None:
                 from grain_sources._array_record_remote import RemoteArrayRecordDataSource
 
                 return super().__new__(RemoteArrayRecordDataSource)
