@@ -55,7 +55,9 @@ DEFAULT_TORCH_PATH = Path("/tmp/torchlib")
 UPSTREAM = f"upstream {compare.UPSTREAM_VERSION}"
 TORCH = "PyTorch DataLoader"
 # Scripts of benchmarks/ that are not benchmarks.
-NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist"}
+# object_store starts its own servers and has no peer to compare with: it is run on its
+# own (`python benchmarks/object_store.py`), its figures in docs/sources.md.
+NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist", "object_store"}
 
 
 # --- sizes ---------------------------------------------------------------------------

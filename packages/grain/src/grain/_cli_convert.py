@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 import grain
+import grain_sources
 from grain._cli_common import (
     EXIT_OK,
     CommandError,
@@ -408,6 +409,8 @@ def _overhead_note(on_disk: int, nbytes: int, files: int, options: str) -> str |
 
 
 def run(args: argparse.Namespace) -> int:
+    if grain_sources.is_url(args.src) or grain_sources.is_url(args.dest):
+        return _run_with_buckets(args)
     kind, files = _detect(args.src, args.format)
     outputs = _outputs(args.dest, args.num_shards, args.overwrite)
     if kind == "jsonl":
@@ -483,3 +486,43 @@ def run(args: argparse.Namespace) -> int:
         f"{pattern!r})){source.read_back}"
     )
     return EXIT_OK
+
+
+def _run_with_buckets(args: argparse.Namespace) -> int:
+    """`run` for a SRC or DEST in an object store (s3://, gs://, ...).
+
+    A SRC object (or the objects a glob names) is downloaded into a temporary
+    directory and converted from there; shards for a DEST URL are written to a
+    temporary directory, uploaded, and read back from the bucket.
+    """
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="grain-convert-") as tmp:
+        local = argparse.Namespace(**vars(args))
+        try:
+            if grain_sources.is_url(args.src):
+                store = grain_sources.ObjectStore(args.src.split("://", 1)[0])
+                names = store.glob(args.src) if set("*?[") & set(args.src) else [args.src]
+                if not names:
+                    raise UsageError(f"no object matches {args.src}")
+                os.makedirs(os.path.join(tmp, "src"))
+                for name in names:
+                    store.get_file(name, os.path.join(tmp, "src", name.rsplit("/", 1)[-1]))
+                one = os.path.join(tmp, "src", names[0].rsplit("/", 1)[-1])
+                local.src = one if len(names) == 1 else os.path.join(tmp, "src")
+            if grain_sources.is_url(args.dest):
+                local.dest = os.path.join(tmp, "out", args.dest.rsplit("/", 1)[-1])
+                local.overwrite = True
+            status = run(local)
+            if grain_sources.is_url(args.dest):
+                store = grain_sources.ObjectStore(args.dest.split("://", 1)[0])
+                outputs = _outputs(local.dest, args.num_shards, True)
+                urls = [args.dest + name[len(local.dest) :] for name in outputs]
+                for name, url in zip(outputs, urls, strict=True):
+                    store.put_file(name, url)
+                with grain.sources.ArrayRecordDataSource(urls) as uploaded:
+                    found = len(uploaded)
+                print(f"uploaded to {args.dest} and read {found:,} records back from the bucket")
+        except (grain_sources.ObjectStoreError, PermissionError, FileNotFoundError) as error:
+            raise CommandError(str(error)) from None
+    return status

@@ -21,6 +21,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 import grain
+import grain_sources
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes
 
 SUMMARY = "show the record counts, size, writer options and first records of ArrayRecord files"
@@ -65,7 +66,9 @@ def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _files(path: str) -> list[str]:
-    """The ArrayRecord files `path` names (a file, a glob, name@N or a directory)."""
+    """The ArrayRecord files `path` names (a file, a glob, name@N, a directory or a URL)."""
+    if grain_sources.is_url(path):
+        return [path]  # listed and checked by the source, through the object store
     if os.path.isdir(path):
         files = [
             os.path.join(path, name)
@@ -219,7 +222,12 @@ def run(args: argparse.Namespace) -> int:
             sources.append(_open(path))
         rows = []
         for source in sources:
-            for path in source.paths:
+            for number, path in enumerate(source.paths):
+                if grain_sources.is_url(path):
+                    # Read through range reads: counts from the footer, no C++ reader.
+                    size = source.store.size(path)  # type: ignore[attr-defined]
+                    rows.append((path, source.num_records(number), size, "(object store)"))
+                    continue
                 reader_count = _count(path)
                 rows.append((path, reader_count, os.path.getsize(path), _writer_options(path)))
         _print_files(rows)
