@@ -13,10 +13,12 @@ from grain_dataset import (
     Batch,
     FilterTransform,
     FlatMapTransform,
+    IterDataset,
     MapTransform,
     MapWithIndex,
     RandomMapTransform,
     ReadOptions,
+    assert_equal_output_after_checkpoint,
 )
 from grain_index import IndexSampler, NoSharding, RecordMetadata, ShardOptions
 from grain_mp._data_loader import DataLoader, PyGrainDatasetIterator, describe_for_checkpoint
@@ -378,6 +380,16 @@ def _restores_at_every_point(loader, other, points):
 def test_state_restores_exactly_at_every_point_in_process(name):
     loader = _loader(PIPELINES[name])
     _restores_at_every_point(loader, loader, range(len(_read(loader)) + 1))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_the_loader_is_one_engine_pipeline_that_passes_the_conformance_check(name):
+    # The DataLoader's iterator is a Dataset pipeline (grain_mp._loader_pipeline): the
+    # contract every stage meets holds for the whole loader too.
+    pipeline = _loader(PIPELINES[name])._pipeline
+    assert isinstance(pipeline, IterDataset)
+    assert_equal_output_after_checkpoint(pipeline)
 
 
 @pytest.mark.timeout(60)
