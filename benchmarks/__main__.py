@@ -55,7 +55,9 @@ DEFAULT_TORCH_PATH = Path("/tmp/torchlib")
 UPSTREAM = f"upstream {compare.UPSTREAM_VERSION}"
 TORCH = "PyTorch DataLoader"
 # Scripts of benchmarks/ that are not benchmarks.
-NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist"}
+# object_store starts its own servers and has no peer to compare with: it is run on its
+# own (`python benchmarks/object_store.py`), its figures in docs/sources.md.
+NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist", "object_store"}
 
 
 # --- sizes ---------------------------------------------------------------------------
@@ -91,6 +93,10 @@ SIZES: dict[str, dict[str, list[str]]] = {
     },
 }
 SIZES["latency_memory"] = {"full": ["--size", "60000"], "quick": ["--size", "5000"]}
+SIZES["elastic"] = {
+    "full": ["--repeats", "7", "--size", "200000", "--shards", "64"],
+    "quick": ["--repeats", "1", "--size", "10000", "--shards", "64"],
+}
 SIZES["convert"] = {
     "full": ["--records", "40000", "--work", "60"],
     "quick": ["--records", "4000", "--work", "10"],
@@ -136,6 +142,9 @@ TARGETS: dict[str, Target] = {
     ),
     "array_record_read/pipeline_files_*@in_memory": Target(
         "ratio", ">=", 0.8, ">= 0.8x over a list", "ArrayRecord reading"
+    ),
+    "elastic/throughput_*@plain": Target(
+        "ratio", ">=", 0.9, ">= 0.9x plain sharded pipeline", "elastic issue (21)"
     ),
     "stats_overhead/decode@stats_off": Target(
         "ratio", ">=", 1 / 1.05, "cost <= 5 % (>= 0.952x)", "per-stage statistics"
@@ -563,6 +572,44 @@ def bench_stats_overhead(ctx: Context) -> list[Row]:
     ]
 
 
+def bench_elastic(ctx: Context) -> list[Row]:
+    lines, _ = ctx.run("elastic", ctx.sizes("elastic"))
+    rows = []
+    for line in lines:
+        if line["case"].startswith("throughput_"):
+            rows.append(
+                Row(
+                    "elastic",
+                    line["case"],
+                    "elements/s",
+                    line["elastic_elements_per_s"],
+                    "plain",
+                    "ds[0::4].to_iter_dataset().batch(32)",
+                    line["plain_elements_per_s"],
+                    ratio=line["ratio"],
+                    ok=line["ok"],
+                )
+            )
+        else:
+            state = line["case"] == "state_bytes"
+            rows.append(
+                Row(
+                    "elastic",
+                    f"state_bytes_{line['shards']}_shards"
+                    if state
+                    else f"restore_{line['old_shards']}_to_{line['new_shards']}",
+                    "bytes" if state else "ms",
+                    line["after_resizes_max_bytes" if state else "to_first_batch_median_ms"],
+                    higher_is_better=False,
+                    ok=line["ok"],
+                    note=f"fresh {line['fresh_bytes']} B; after 2 resizes"
+                    if state
+                    else f"set_state {line['set_state_median_ms']} ms",
+                )
+            )
+    return rows
+
+
 def bench_mp(ctx: Context) -> list[Row]:
     arguments = [*ctx.sizes("mp"), "--repeats", "1"]
     with_torch = ctx.torch_env is not None
@@ -878,6 +925,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "array_record_read": bench_array_record_read,
     "packing": bench_packing,
     "stats_overhead": bench_stats_overhead,
+    "elastic": bench_elastic,
     "mp": bench_mp,
     "latency_memory": bench_latency_memory,
     "device_put": bench_device_put,
@@ -891,6 +939,7 @@ PEERS = {
     "array_record_read": "raw reader, list",
     "packing": UPSTREAM,
     "stats_overhead": "statistics off",
+    "elastic": "plain sharded pipeline",
     "mp": f"serial, {TORCH}, {UPSTREAM}",
     "device_put": "jax.device_put loop",
     "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",

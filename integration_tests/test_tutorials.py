@@ -40,6 +40,7 @@ GUIDE_PAGES = [
     "concepts.md",
     "contributing.md",
     "data_loader.md",
+    "elastic.md",
     "multiprocessing.md",
     "performance.md",
     "troubleshooting.md",
@@ -216,13 +217,13 @@ def _messages(tmp_path, monkeypatch):
         ValueError,
         lambda: list(ds.map(fails_on_5).to_iter_dataset().mp_prefetch(options)),
         # The worker's traceback follows; it names this machine's paths.
-        edit=lambda message: message.split("its traceback:")[0] + "its traceback:",
+        edit=lambda message: message.split("where it raised:")[0] + "where it raised:",
     )
     expect(RuntimeError, lambda: list(ds.map(dies_on_5).to_iter_dataset().mp_prefetch(options)))
     expect(
         RuntimeError,
         lambda: list(ds.map(inner).to_iter_dataset().mp_prefetch(options)),
-        edit=lambda message: message.split("its traceback:")[0] + "its traceback:",
+        edit=lambda message: message.split("where it raised:")[0] + "where it raised:",
     )
     images = grain.MapDataset.range(4).map(image).to_iter_dataset()
     with pytest.warns(RuntimeWarning, match="Not enough shared memory") as warned:

@@ -25,6 +25,7 @@ from grain_dataset._file_iter import TFRecordIterDataset
 from grain_dataset._interleave import OPEN_THREAD_NAME, InterleaveIterDataset
 from grain_dataset._state import check_state
 from grain_dataset._thread_prefetch import THREAD_NAME
+from grain_dataset._window_shuffle import WindowShuffleIterDataset
 from grain_sources import write_tfrecord
 
 pytestmark = pytest.mark.timeout(60)
@@ -200,9 +201,8 @@ def test_tfrecord_files(tmp_path):
 
 
 def test_tutorial_hierarchical_shuffle():
-    window = pytest.importorskip("grain_dataset._window_shuffle")
     files = MapDataset.source([Items(items) for items in CONTENTS])
-    ds = window.WindowShuffleIterDataset(
+    ds = WindowShuffleIterDataset(
         InterleaveIterDataset(files, cycle_length=len(CONTENTS)), window_size=4, seed=42
     )
     got = list(ds)

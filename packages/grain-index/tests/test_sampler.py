@@ -119,6 +119,9 @@ def test_repr_is_deterministic_for_checkpoint_checks():
 
 def test_record_metadata():
     metadata = RecordMetadata(index=3, record_key=8)
+    assert repr(metadata) == "RecordMetadata(index=3, record_key=8, rng=None)"
+    seeded = RecordMetadata(index=3, record_key=8, rng=np.random.Generator(np.random.Philox(1)))
+    assert repr(seeded) == "RecordMetadata(index=3, record_key=8, rng=Generator(Philox))"
     assert metadata.remove_record_key() == RecordMetadata(index=3, record_key=None)
 
 

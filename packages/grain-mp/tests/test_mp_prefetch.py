@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -175,8 +176,14 @@ def test_a_worker_error_reaches_the_parent_with_its_traceback_and_stops_the_othe
         next(it)
     assert seen == list(range(13))
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "grain worker 1 of 2" in notes
-    assert "_fail_on_13" in notes  # the worker's traceback
+    assert "grain worker 1 of 2 raised it on element 6 of its slice (element 13 of" in notes
+    assert "_fail_on_13" in notes  # the worker's frames
+    # Said once: the error, the stage and the filtering note are not repeated.
+    shown = "".join(traceback.format_exception(info.value))
+    assert shown.count("bad record 13") == 1, shown
+    assert shown.count("grain: raised by the user function") == 1, shown
+    assert shown.count("frames were removed") == 1, shown
+    assert shown.count('raise KeyError(f"bad record {x}")') == 1, shown
     assert _no_children_left()
 
 

@@ -137,7 +137,8 @@ def test_a_packing_loader_loses_nothing_and_restores_exactly():
         it = iter(_loader())
         head = [_plain(next(it)) for _ in range(point)]
         state = it.get_state()
-        assert json.loads(state)["replay"] <= 1, "packing restores after at most one batch"
+        record_stage = json.loads(state)["pipeline"]
+        assert record_stage["replay"] <= 1, "packing restores after at most one batch"
         resumed = iter(_loader())
         resumed.set_state(state)
         assert head + [_plain(b) for b in resumed] == out, f"restored at {point}"

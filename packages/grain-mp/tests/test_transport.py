@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -516,56 +515,6 @@ def test_a_clean_run_leaves_nothing_and_prints_nothing():
     names = json.loads(output)
     assert names
     assert not any(map(segment_exists, names))
-
-
-@pytest.mark.timeout(60)
-def test_throughput_report(capsys):
-    """Measures (does not assert) MB/s through a fork worker; see the printed report."""
-    code = """
-import numpy as np
-from grain_mp._transport import SegmentPool
-pool = SegmentPool(owner_pid=owner, returns=returns)
-try:
-    for i in range(count):
-        while pool.lent >= ahead:
-            pool.reclaim(returns.get())
-        array = np.full(150_000, i % 256, np.uint8)
-        data.put(pool.encode(array) if shm else array)
-finally:
-    pool.close()
-"""
-    context = multiprocessing.get_context("fork")
-    count, nbytes = 2000, 150_000
-    rates = {}
-    for shm in (True, False):
-        data, returns = context.Queue(), context.Queue()
-        worker = start_worker(
-            context, code, data=data, returns=returns, count=count, ahead=8, shm=shm
-        )
-        reader = SegmentReader(release=returns.put)
-        first = data.get(timeout=30)  # after the worker's start-up
-        start = time.perf_counter()
-        for i in range(1, count):
-            item = data.get(timeout=30)
-            array = reader.decode(item) if shm else item
-            assert array[0] == i % 256
-        rates[shm] = (count - 1) * nbytes / (time.perf_counter() - start) / 1e6
-        worker.join(30)
-        reader.close(creator_pids=[worker.pid])
-        del first
-        returns.close()
-        returns.join_thread()
-    source, target = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    start = time.perf_counter()
-    for _ in range(20_000):
-        np.copyto(target, source)
-    copy_rate = 20_000 * nbytes / (time.perf_counter() - start) / 1e6
-    with capsys.disabled():
-        print(
-            f"\n150 KB uint8 through a fork worker: shared memory {rates[True]:.0f} MB/s, "
-            f"pickled through the Queue {rates[False]:.0f} MB/s; "
-            f"one-thread numpy copy {copy_rate:.0f} MB/s"
-        )
 
 
 def test_min_bytes_can_be_raised_so_mid_sized_arrays_are_copied(local):

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+import grain
 from grain import _cli_demo, _cli_inspect
 from grain._cli import main
 from grain._cli_common import ProgressBar, format_bytes, format_rate, tree_nbytes
@@ -23,6 +24,12 @@ def test_demo_runs_and_passes_its_checks(capsys):
     assert "MB/s" in out
     assert "Orbax step 52" in out  # 156 batches, checkpoint after a third of them
     assert "bottleneck: stage" in out
+    # Waiting on the workers is their work, with a share, not "wait".
+    (workers_row,) = [line for line in out.splitlines() if "  MultiprocessPrefetch" in line]
+    assert "%" in workers_row.split("us", 1)[1]
+    # Faster with workers, or one line saying why not here.
+    assert ("2 workers read" in out) != ("2 workers are slower here" in out)
+    assert "saving the checkpoint" in out
     assert "the remaining 104 batches are identical: True" in out
     assert out.count("same batches as with 2 workers: True") == 2
     assert "epoch 0 shards are disjoint: True" in out
@@ -49,6 +56,18 @@ def test_demo_works_without_jax_or_orbax(capsys, monkeypatch, missing):
 
 
 @pytest.mark.timeout(120)  # worker processes
+def test_the_workers_verdict_says_why_when_they_are_slower():
+    faster = _cli_demo._workers_verdict(40_000, 20_000)
+    assert faster == (
+        "2 workers read 2.0x as fast as this process alone "
+        "(40.0 k records/s against 20.0 k records/s)"
+    )
+    slower = _cli_demo._workers_verdict(10_000, 50_000)
+    assert slower.startswith("2 workers are slower here (10.0 k records/s against 50.0 k")
+    assert "a record takes 20 us" in slower
+    assert "\n" not in slower
+
+
 def test_demo_exits_1_when_a_check_fails(capsys, monkeypatch):
     monkeypatch.setattr(_cli_demo, "_load_jax", lambda: None)
     # A restore that restores nothing: the "continuation" starts from the beginning.
@@ -80,6 +99,19 @@ def test_every_command_has_help(capsys, command):
     out = capsys.readouterr().out
     assert f"usage: grain {command}" in out
     assert len(out.splitlines()) > 10
+
+
+def test_version_and_an_unknown_option_shows_its_commands_usage(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(["--version"])
+    assert excinfo.value.code == 0
+    assert capsys.readouterr().out == f"grain {grain.__version__}\n"
+    with pytest.raises(SystemExit) as excinfo:
+        main(["inspect", "x.array_record", "--bogus"])
+    assert excinfo.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: grain inspect ")
+    assert err.splitlines()[-1] == "grain inspect: error: unrecognized arguments: --bogus"
 
 
 def test_interrupt_exits_130_and_an_unforeseen_error_exits_1(capsys, monkeypatch, tmp_path):
@@ -139,7 +171,23 @@ def test_progress_bar_draws_only_on_a_terminal():
     bar = ProgressBar(10, "convert", stream=pipe)
     bar.update(10)
     bar.close()
-    assert pipe.getvalue() == ""
+    assert pipe.getvalue() == ""  # a short run off a terminal prints nothing
+
+
+def test_progress_off_a_terminal_is_a_line_every_few_seconds():
+    pipe = io.StringIO()
+    bar = ProgressBar(10, "  convert", stream=pipe, line_interval_s=0.05)
+    bar.update(1)  # before the first interval: nothing
+    time.sleep(0.06)
+    bar.update(4)
+    bar.update(5)  # within the interval of the last line: nothing
+    bar.close()
+    lines = pipe.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("convert: 4/10 records (40%), ")
+    assert lines[1].startswith("convert: 5/10 records (50%), ")
+    assert "\r" not in pipe.getvalue()
+    assert all(line.endswith(" s") for line in lines)
 
 
 def test_number_formats():

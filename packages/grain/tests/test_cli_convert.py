@@ -283,6 +283,40 @@ def test_bad_arguments_exit_2(capsys, tmp_path):
         assert message in capsys.readouterr().err
 
 
+def test_an_input_of_another_format_and_bad_writer_options_exit_2(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+    code, _, err = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out", "--format", "parquet")
+    assert code == 2
+    assert "a.jsonl is not a readable Parquet file" in err
+    code, _, err = _convert(
+        capsys, tmp_path / "a.jsonl", tmp_path / "out", "--writer-options", "group_size:x"
+    )
+    assert code == 2
+    assert err.startswith("grain convert: error: --writer-options 'group_size:x': ")
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("size", "options"), [(10, "group_size:1,uncompressed"), (400, "group_size:1")]
+)
+def test_default_writer_options_fit_the_records_and_the_overhead_is_explained(
+    capsys, tmp_path, size, options
+):
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps("x" * size) + "\n" for _ in range(3000)))
+    code, out, _ = _convert(capsys, tmp_path / "a.jsonl", tmp_path / "out")
+    assert code == 0
+    assert f"writer options: {options}\n" in out
+    on_disk = os.path.getsize(tmp_path / "out")
+    records = 3000 * (size + 2)
+    assert ("note: the files are" in out) == (on_disk > 1.5 * records), out
+    if size == 10:  # 12-byte records take several times their size: the summary says why
+        assert on_disk > 3 * records
+        assert "every record is its own chunk" in out
+    assert main(["inspect", str(tmp_path / "out")]) == 0
+    shown = capsys.readouterr().out
+    assert ("uncompressed" in shown) == (size == 10)
+
+
 def test_writer_options_reach_the_files(capsys, tmp_path):
     (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
     code, _, _ = _convert(
@@ -291,3 +325,17 @@ def test_writer_options_reach_the_files(capsys, tmp_path):
     assert code == 0
     assert main(["inspect", str(tmp_path / "out")]) == 0
     assert "compression: brotli level 4" in capsys.readouterr().out
+
+
+def test_a_bucket_dest_is_refused_where_its_staging_cannot_work(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+    code, _, err = _convert(
+        capsys, tmp_path / "a.jsonl", "s3://bkt/out", "--executor", "ray", "--ray-address", "auto"
+    )
+    assert code == 2
+    assert "cannot write s3://bkt/out" in err
+    assert "Convert to a DEST on storage every node shares" in err
+    code, _, err = _convert(capsys, tmp_path / "a.jsonl", "s3://bkt/out", "--resume")
+    assert code == 2
+    assert "--resume needs the shards of the earlier run" in err
+    assert sorted(os.listdir(tmp_path)) == ["a.jsonl"]

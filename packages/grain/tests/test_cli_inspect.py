@@ -148,11 +148,23 @@ def test_a_directory_without_array_record_files_exits_2(capsys, tmp_path):
     assert "is a directory without ArrayRecord files" in err
 
 
-def test_a_file_of_another_format_exits_1(capsys, tmp_path):
-    (tmp_path / "a.jsonl").write_text('{"a": 1}\n')
+def test_a_file_of_another_format_exits_2_and_says_so(capsys, tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"a": 1}\n' * 100)
     code, out, err = _inspect(capsys, tmp_path / "a.jsonl")
-    assert code == 1
+    assert code == 2
     assert out == ""
+    assert err == (
+        f"grain inspect: error: {tmp_path / 'a.jsonl'} is not an ArrayRecord file: write "
+        f"ArrayRecord files from it with `grain convert {tmp_path / 'a.jsonl'} DEST`\n"
+    )
+
+
+def test_a_damaged_array_record_file_exits_1(capsys, tmp_path):
+    write_array_record([b"x" * 100] * 2000, tmp_path / "good.array_record")
+    data = (tmp_path / "good.array_record").read_bytes()
+    (tmp_path / "cut.array_record").write_bytes(data[: len(data) // 2])
+    code, _, err = _inspect(capsys, tmp_path / "cut.array_record")
+    assert code == 1
     assert "is not a readable ArrayRecord file" in err
     assert len(err.splitlines()) == 1
 

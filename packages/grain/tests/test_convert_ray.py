@@ -39,17 +39,12 @@ RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
 def ray_environment():
     """RAY_ENV, and a root for Ray's session files (logs) that is removed afterwards."""
     root = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
-    values = {**RAY_ENV, "RAY_TMPDIR": root}
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
     try:
-        yield
+        with pytest.MonkeyPatch.context() as patch:
+            for name, value in {**RAY_ENV, "RAY_TMPDIR": root}.items():
+                patch.setenv(name, value)
+            yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -6,7 +6,8 @@ that import. Nothing in this process's own `sys.modules` (pytest, hypothesis,
 other tests) can hide or fake a violation. Rules checked:
   * a layer never loads a module of a layer above it, nor any `grain*` module
     that it does not depend on (DESIGN.md's table);
-  * each distribution declares exactly the dependencies of that table;
+  * each distribution declares exactly the dependencies of that table, and
+    `grain` declares grain-jax in its `jax` extra only;
   * `grain_index` adds nothing but the standard library and numpy;
   * jax, orbax (and, for `grain`, tensorflow and torch) are imported lazily,
     never at package import time.
@@ -58,9 +59,12 @@ DEPENDENCIES = {
     "grain-mp": {"grain-dataset", "grain-index", "cloudpickle"},
     # grain-jax sits above grain-mp but does not use it.
     "grain-jax": {"grain-dataset", "grain-index", "jax", "orbax-checkpoint"},
-    "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-jax"},
+    "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp"},
 }
 LAYERS = tuple(name.replace("-", "_") for name in DEPENDENCIES)
+# Extras that add a layer: `pip install "grain[jax]"`. The names grain takes from an
+# optional layer are imported lazily (grain._jax_extra), so `import grain` works without it.
+OPTIONAL_LAYERS = {"grain": {"jax": {"grain-jax"}}}
 
 
 def _grain_closure(distribution):
@@ -171,6 +175,17 @@ def test_declared_dependencies_match_the_layer_table(distribution):
         if "extra ==" not in requirement
     }
     assert required == DEPENDENCIES[distribution]
+    extras = {}
+    for requirement in requirements:
+        if match := re.search(r"extra == ['\"]([\w-]+)['\"]", requirement):
+            name = re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower()
+            extras.setdefault(match[1], set()).add(name)
+    grain_extras = {
+        extra: names & set(DEPENDENCIES)
+        for extra, names in extras.items()
+        if names & set(DEPENDENCIES)
+    }
+    assert grain_extras == OPTIONAL_LAYERS.get(distribution, {})
     assert importlib.metadata.version(distribution) == "0.1.0"
     module = importlib.import_module(distribution.replace("-", "_"))
     assert "Layout:" in (module.__doc__ or ""), "each package opens with a layout docstring"
@@ -257,8 +272,11 @@ def references(source, line_offset=0):
                 path = ".".join([base.id, *reversed(parts)])
                 found.append(Reference(line, path, "attribute", in_function))
                 return  # the inner attributes are prefixes of this path
-        inside = in_function or isinstance(
-            node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+        # An `if TYPE_CHECKING:` block never runs: its imports are as lazy as a function's.
+        inside = (
+            in_function
+            or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            or (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
         )
         for child in ast.iter_child_nodes(node):
             visit(child, inside)
@@ -380,15 +398,26 @@ def test_each_package_declares_exactly_the_grain_packages_it_imports():
     for package in LAYERS:
         distribution = "grain" if package == "grain" else package.replace("_", "-")
         project = tomllib.loads((ROOT / "packages" / distribution / "pyproject.toml").read_text())
-        declared = {
-            re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].replace("-", "_")
-            for requirement in project["project"]["dependencies"]
-        }
-        imported = {t for t in edges[package] if (package, t) not in LAZY_UPWARD}
-        assert declared & set(RANK) == imported, (
-            f"{distribution}'s pyproject.toml declares the grain packages "
-            f"{sorted(declared & set(RANK))} but its library code imports {sorted(imported)}"
+        optional = project["project"].get("optional-dependencies", {})
+        declared, in_extras = (
+            {
+                re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].replace("-", "_")
+                for requirement in requirements
+            }
+            & set(RANK)
+            for requirements in (
+                project["project"]["dependencies"],
+                [r for extra in optional.values() for r in extra],
+            )
         )
+        imported = {t for t in edges[package] if (package, t) not in LAZY_UPWARD}
+        assert declared | in_extras == imported, (
+            f"{distribution}'s pyproject.toml declares the grain packages "
+            f"{sorted(declared | in_extras)} but its library code imports {sorted(imported)}"
+        )
+        # A layer in an extra may be missing: it is imported only inside functions.
+        eager = sorted(t for t in in_extras if not edges[package][t])
+        assert not eager, f"{package} imports the optional {eager} at import time"
 
 
 # The checkers themselves, on planted sources: each rule catches what it is for.
@@ -441,6 +470,10 @@ def test_a_planted_upward_import_or_cycle_is_caught():
     eager = package_edges("import grain_mp\ndef f():\n    import grain_mp", "grain_dataset")
     assert lazy == {"grain_mp": True}
     assert eager == {"grain_mp": False}
+    # Type-checking imports never run; anything else at module level does.
+    typing_only = "if TYPE_CHECKING:\n    import grain_jax\nelse:\n    pass"
+    assert package_edges(typing_only, "grain") == {"grain_jax": True}
+    assert package_edges("if True:\n    import grain_jax", "grain") == {"grain_jax": False}
     assert layering_problems({"grain_dataset": lazy, "grain_mp": {"grain_dataset": False}}) == []
     assert layering_problems({"grain_dataset": eager})
     # grain_jax lazily importing grain (a layer above) is not the allowed edge.

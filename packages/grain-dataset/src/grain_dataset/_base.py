@@ -27,7 +27,7 @@ import numpy as np
 
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
-from grain_dataset._guard import guard, unguard
+from grain_dataset._guard import NextHook, guard, hook_methods, unguard
 from grain_dataset._worker_slice import creating_slice
 from grain_index import checks, derive_seed
 
@@ -590,6 +590,15 @@ class DatasetIterator(Iterator[T], abc.ABC):
     inside it are called by their child only.
     """
 
+    # Read by the entries of the four guarded methods (see grain_dataset._guard): the
+    # outermost iterator's lock and its next() hook; None in every stage inside.
+    _call_lock: Any = None
+    _grain_next: NextHook | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hook_methods(cls)
+
     def __init__(self, parents: Any = ()):
         self._parents = _as_parents(parents)
         self._ctx = _IteratorContext(worker_slice=creating_slice())
@@ -606,13 +615,9 @@ class DatasetIterator(Iterator[T], abc.ABC):
         # at a time inside it (see grain_dataset._guard).
         guard(self)
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached when normal lookup fails, e.g. a subclass skipped our __init__.
-        raise _missing_attribute(self, name)
-
     @property
     def parents(self) -> Sequence[DatasetIterator[Any]]:
-        return self._parents
+        return _parents_of(self)
 
     def __iter__(self) -> DatasetIterator[T]:
         return self
@@ -668,7 +673,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
 
     def start_prefetch(self) -> None:
         """Starts reading ahead in the background, where a stage can (threads, workers)."""
-        for parent in self._parents:
+        for parent in _parents_of(self):
             parent.start_prefetch()
 
     def close(self) -> None:
@@ -685,7 +690,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
         code returns. See docs/troubleshooting.md, "A transformation that
         never returns".
         """
-        for parent in self._parents:
+        for parent in _parents_of(self):
             parent.close()
 
     def __enter__(self) -> DatasetIterator[T]:
@@ -695,6 +700,9 @@ class DatasetIterator(Iterator[T], abc.ABC):
         self.close()
 
 
+hook_methods(DatasetIterator)  # its close(); __init_subclass__ does its subclasses
+
+
 def _record_stats(iterator: DatasetIterator[Any]) -> None:
     """Debug mode: every iterator records statistics (and `grain.monitoring` lists it)."""
     from grain_dataset._stats import track
@@ -702,10 +710,21 @@ def _record_stats(iterator: DatasetIterator[Any]) -> None:
     track(iterator)
 
 
+def _parents_of(iterator: DatasetIterator[Any]) -> tuple[DatasetIterator[Any], ...]:
+    """`iterator`'s parents, or the error saying its __init__ skipped ours.
+
+    DatasetIterator has no __getattr__ to say so for every attribute: a class
+    defining one makes every attribute read of every stage slower.
+    """
+    parents = iterator.__dict__.get("_parents")
+    if parents is None:
+        raise _missing_attribute(iterator, "_parents")
+    return parents
+
+
 def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
     """Makes `iterator` and its ancestors share `ctx`, merging their options (and slice) into it."""
-    if "_parents" not in iterator.__dict__:
-        raise _missing_attribute(iterator, "_parents")
+    _parents_of(iterator)  # a clear error if its __init__ skipped ours
     unguard(iterator)  # a parent is called by its child only, from one thread at a time
     own = iterator.__dict__.get("_ctx")
     if own is ctx:

@@ -85,11 +85,6 @@ class RepeatMapDataset(MapStage):
     def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
         return indices % self._fold if self._fold is not None else indices
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        if self._fold is not None:
-            indices = indices % self._fold
-        return self._parent._getitems(indices)
-
     def _describe(self) -> str:
         extra = "" if self._reseed else ", reseed_each_epoch=False"
         return f"num_epochs={self._num_epochs}{extra}"

@@ -57,9 +57,6 @@ class SeedMapDataset(MapStage):
     def _getitem(self, index: int) -> Any:
         return self._parent._getitem(index)
 
-    def _getitems(self, indices: Any) -> list[Any]:
-        return self._parent._getitems(indices)
-
     _maps_indices = True
 
     def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:

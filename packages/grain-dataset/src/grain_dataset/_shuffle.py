@@ -126,11 +126,5 @@ class ShuffleMapDataset(MapStage):
             parent_indices[mask] = shuffled + epoch * n
         return parent_indices
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        parent_indices = self._parent_indices(indices)
-        if parent_indices is None:
-            return super()._getitems(indices)
-        return self._parent._getitems(parent_indices)
-
     def _describe(self) -> str:
         return f"len={self._length}"

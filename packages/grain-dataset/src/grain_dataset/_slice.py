@@ -72,12 +72,6 @@ class SliceMapDataset(MapStage):
             return epochs * self._parent_length + r[offsets]
         return epochs * self._parent_length + r.start + offsets * r.step
 
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        parent_indices = self._parent_indices(indices)
-        if parent_indices is None:
-            return super()._getitems(indices)
-        return self._parent._getitems(parent_indices)
-
     def _describe(self) -> str:
         r = self._range
         if isinstance(r, np.ndarray):

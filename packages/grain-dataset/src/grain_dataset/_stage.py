@@ -38,6 +38,13 @@ class MapStage(MapDataset[Any]):
         """The parent's indices of `indices`, or None where they do not fit int64."""
         return None
 
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        # A stage that maps indices reads its parent in one batch; others loop.
+        parent_indices = self._parent_indices(indices) if self._maps_indices else None
+        if parent_indices is None:
+            return super()._getitems(indices)
+        return self._parents[0]._getitems(parent_indices)
+
     def _gatherable(self) -> bool:
         return self._maps_indices and self._parents[0]._gatherable()
 

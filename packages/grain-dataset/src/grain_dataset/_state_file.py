@@ -32,6 +32,11 @@ from typing import Any
 
 _FILE_PATTERN = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
+# An iterator class with this attribute true (ElasticIterator) restores on another
+# process count from the list of all old processes' states: when this process's file is
+# missing, `read_state_into` passes it that list.
+ALL_SHARDS = "_restores_from_all_shards"
+
 FORMAT_KEY = "grain_py_state_format"
 FORMAT_VERSION = 1
 
@@ -173,6 +178,34 @@ def state_file(directory: Any, process_index: int, process_count: int) -> Any:
     )
 
 
+def _all_process_states(directory: Any, owner: Any) -> tuple[Any, list[Any]]:
+    """(the directory, the states of all processes that saved it, in process order).
+
+    For iterators that restore on another process count from all old shards'
+    states (`ALL_SHARDS`): the checkpoint must hold the files of one process
+    count, all of them.
+    """
+    directory = as_path(directory)
+    counts = sorted(_saved_process_counts(directory))
+    if len(counts) != 1:
+        raise (FileNotFoundError if not counts else ValueError)(
+            f"cannot restore {type(owner).__name__} from {directory}: it holds "
+            + ("no iterator state files" if not counts else f"states of {counts} processes")
+            + "; restoring on another process count reads the files of all processes of one "
+            "checkpoint."
+        )
+    states = []
+    for index in range(counts[0]):
+        path = directory / state_file_name(index, counts[0])
+        if not path.exists():
+            raise FileNotFoundError(
+                f"cannot restore {type(owner).__name__} from {directory} on another process "
+                f"count: {path.name} is missing, and every old process's state is needed."
+            )
+        states.append(text_to_state(path.read_text(), owner, path))
+    return directory, states
+
+
 def write_state(directory: Any, text: str, process: tuple[int, int]) -> Any:
     """Writes `text` (from `state_to_text`) as the state file of `process`; returns its path."""
     path = as_path(directory) / state_file_name(*process)
@@ -187,8 +220,14 @@ def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any
     checkpoint of a pipeline of another shape) raises a ValueError naming the
     file and what did not fit.
     """
-    path = state_file(directory, *process)
-    state = text_to_state(path.read_text(), owner, path)
+    if (
+        getattr(owner, ALL_SHARDS, False)
+        and not (as_path(directory) / state_file_name(*process)).exists()
+    ):
+        path, state = _all_process_states(directory, owner)
+    else:
+        path = state_file(directory, *process)
+        state = text_to_state(path.read_text(), owner, path)
     try:
         owner.set_state(state)
     except (ValueError, TypeError, KeyError) as error:

@@ -1,22 +1,24 @@
 """Per-stage statistics of a running pipeline: elements, time, element spec, bottleneck.
 
-Off, recording costs nothing: no stage checks a flag. `track(iterator)` (or
-``DatasetOptions(execution_tracking_mode="stage_timing")``) switches every
-iterator of the pipeline to a subclass of its own class whose `__next__` also
-counts the element, times one call in `_SAMPLE_EVERY` (`perf_counter_ns`; the
-total is estimated from that sample, since two clock reads per call would cost
-more than many stages do), and notes the first element's spec. An iterator's
-*self* time is its time minus its parents' (their `__next__` runs inside its
-own). `to_iter_dataset` keeps its own totals per chunk instead
-(`stats_counts`): its time is the consumer's time reading chunks (no threads)
-or blocked on the reading threads, and the readers' CPU time is shown beside
-it, since the MapDataset stages run there. The stage with the most self time
-bounds the throughput: the summary's last line names it.
+Off, recording costs nothing beyond the hook every stage's `__next__` already
+looks at (grain_dataset._guard). `track(iterator)` (or
+``DatasetOptions(execution_tracking_mode="stage_timing")``) sets that hook, in
+every iterator of the pipeline, to a timer (`set_timer`; the iterator's class
+stays its own) that runs its `__next__`, counts the element, times one call in
+`_SAMPLE_EVERY` (`perf_counter_ns`; the total is estimated from that sample,
+since two clock reads per call would cost more than many stages do), and notes
+the first element's spec. An iterator's *self* time is its time minus its
+parents' (their `__next__` runs inside its own). `to_iter_dataset` keeps its
+own totals per chunk instead (`stats_counts`): its time is the consumer's time
+reading chunks (no threads) or blocked on the reading threads, and the readers'
+CPU time is shown beside it, since the MapDataset stages run there. The stage
+with the most self time bounds the throughput: the summary's last line names
+it.
 
 Iterators a stage creates after tracking started (e.g. an interleave opening
 its next file) are not tracked; their time counts as their creator's. With
-stages this cheap, the per-element call of the timing subclass is the cost
-that remains (measured in benchmarks/stats_overhead.py).
+stages this cheap, the per-element call of the timer is the cost that
+remains (measured in benchmarks/stats_overhead.py).
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from __future__ import annotations
 import itertools
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from grain_dataset._element_spec import leaf_spec, map_with_path
+from grain_dataset._guard import NextHook, set_timer
 
 
 @dataclass
@@ -44,6 +48,14 @@ class StageStats:
     depth: int = 0
     # Its time is the consumer waiting on a background thread or process.
     waits_on_background: bool = False
+    # ... on readers (worker processes, mp_prefetch) whose stages are not tracked
+    # here: that wait is the only measure of their work, so it counts as work.
+    waits_on_readers: bool = False
+
+    @property
+    def working(self) -> bool:
+        """Whether its self time is work (its own, or its untracked readers')."""
+        return self.waits_on_readers or not self.waits_on_background
 
 
 @dataclass
@@ -56,19 +68,20 @@ class PipelineStats:
     def bottleneck(self) -> StageStats | None:
         """The stage with the most self time (None before any element).
 
-        A stage whose time is waiting on a background thread or process is named
-        only if no stage doing work was timed (e.g. every other stage runs in
-        worker processes): the wait overlaps with the work behind it.
+        A stage whose time is waiting on a background thread is named only if no
+        stage doing work was timed: the wait overlaps with the work behind it.
+        Waiting on readers whose stages are not tracked here (mp_prefetch's worker
+        processes) is their work, as this process sees it, and competes.
         """
         timed = [stage for stage in self.stages if stage.self_ns > 0]
-        working = [stage for stage in timed if not stage.waits_on_background]
+        working = [stage for stage in timed if stage.working]
         pool = working or timed
         return max(pool, key=lambda stage: stage.self_ns) if pool else None
 
     def __str__(self) -> str:
         if not self.stages:
             return "no stage is tracked: enable execution tracking before iterating."
-        working = [stage for stage in self.stages if not stage.waits_on_background]
+        working = [stage for stage in self.stages if stage.working]
         total = sum(stage.self_ns for stage in working or self.stages) or 1
         rows = [("#", "stage", "elements", "self ms", "self/elem", "share", "output spec")]
         for number, stage in enumerate(self.stages):
@@ -84,7 +97,7 @@ class PipelineStats:
                     f"{stage.self_ns / 1e6:.2f}",
                     f"{per:.2f} us",
                     "wait"
-                    if stage.waits_on_background and working
+                    if not stage.working and working
                     else f"{100 * stage.self_ns / total:.0f}%",
                     stage.spec,
                 )
@@ -105,7 +118,13 @@ class PipelineStats:
                 f"bottleneck: stage {number} {slowest.name} "
                 f"({100 * slowest.self_ns / total:.0f}% of the pipeline's time)"
             )
-            if slowest.waits_on_background:
+            if slowest.waits_on_readers:
+                line += (
+                    ": the time spent waiting on its workers, which run the stages before it; "
+                    "more workers (with free cores), or cheaper stages there, raise the "
+                    "throughput"
+                )
+            elif slowest.waits_on_background:
                 line += (
                     ": that is the consumer waiting on its background thread or worker "
                     "processes, so the stages before it are slower than the consumer"
@@ -146,30 +165,29 @@ class _Record:
         return self.first_ns + scaled
 
 
-def _timed_class(cls: type[Any], record: _Record) -> type:
-    """A subclass of `cls` whose `__next__` records into `record`.
+def _timer(cls: type[Any], record: _Record) -> NextHook:
+    """The hook of a tracked iterator's `__next__` (see `set_timer`), recording into `record`.
 
-    One class per tracked iterator, so that the per-call path reads its counter
-    and base method from closure cells: that path is what tracking costs on cheap
-    stages, and instance attribute traffic there doubled it.
+    One closure per tracked iterator, so that the per-call path reads its counter
+    from closure cells: that path is what tracking costs on cheap stages, and
+    instance attribute traffic there doubled it.
     """
-    base_next = cls.__next__
     clock = time.perf_counter_ns
     calls = record.calls
     # A stage that waits on a thread or process costs far more per call than a timer.
     mask = 0 if getattr(cls, "_STATS_ASYNC", False) else _SAMPLE_MASK
 
-    def __next__(self: Any) -> Any:  # noqa: N807 - it is the iterator's __next__
+    def timed(self: Any, method: Callable[[Any], Any]) -> Any:
         count = next(calls)
         if count & mask:
             try:
-                return base_next(self)
+                return method(self)
             except BaseException:
                 record.failed += 1
                 raise
         start = clock()
         try:
-            value = base_next(self)
+            value = method(self)
         except BaseException:
             record.failed += 1
             raise
@@ -183,8 +201,6 @@ def _timed_class(cls: type[Any], record: _Record) -> type:
             record.spec = spec_of(value)
         return value
 
-    timed = type(cls.__name__, (cls,), {"__next__": __next__, "__module__": cls.__module__})
-    timed.__qualname__ = cls.__qualname__
     return timed
 
 
@@ -208,7 +224,7 @@ def track(iterator: Any) -> Any:
             it.__dict__["_stats_record"] = record
             # A stage that keeps its own counts (per chunk) needs no per-element timer.
             if not hasattr(it, "stats_counts"):
-                it.__class__ = _timed_class(type(it), record)
+                set_timer(it, _timer(type(it), record))
         pending.extend(it.__dict__.get("_parents", ()))
     return iterator
 
@@ -261,6 +277,7 @@ def collect(iterator: Any) -> PipelineStats:
             spec=record.spec,
             depth=depth,
             waits_on_background=is_async,
+            waits_on_readers=getattr(it, "_STATS_READERS_UNTRACKED", False),
         )
         if hasattr(it, "read_cpu_s"):
             stage.waiting_s = it.waited_s

@@ -78,14 +78,16 @@ def _strip(tb: types.TracebackType | None) -> types.TracebackType | None:
 def filter_frames(error: BaseException) -> None:
     """Drops the library's frames from `error`'s traceback and its chain, per the setting.
 
-    Never raises; an exception already filtered is left alone.
+    Never raises; the note is added once per exception, however often it is filtered.
     """
     try:
         mode = config.get_or_default("py_traceback_filtering")
     except ValueError:
         return
-    if mode == "off" or getattr(error, _MARK, False):
+    if mode == "off":
         return
+    # An error already filtered (by an inner iterator, or in the worker that raised
+    # it) is stripped again, of the frames added since, but gets no second note.
     seen: set[int] = set()
     pending: list[BaseException | None] = [error]
     while pending:
@@ -95,6 +97,8 @@ def filter_frames(error: BaseException) -> None:
         seen.add(id(current))
         current.__traceback__ = _strip(current.__traceback__)
         pending.extend((current.__cause__, current.__context__))
+    if getattr(error, _MARK, False):
+        return
     try:
         setattr(error, _MARK, True)
     except (AttributeError, TypeError):  # an exception type with __slots__

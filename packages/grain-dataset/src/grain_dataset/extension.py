@@ -34,9 +34,15 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                stages (those it creates later included) read the worker's
                slice of the positions; other pipelines of the process read
                everything.
+  fingerprint  pipeline_fingerprint(dataset): the text a state carries under
+               "grain_fingerprint"; remember_dataset(iterator, dataset): an
+               iterator not made by ``iter(dataset)`` (ElasticIterator) gets
+               its dict states stamped and checked like any other.
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
-               Orbax-shaped save_coroutine / load_coroutine. grain-jax's
+               Orbax-shaped save_coroutine / load_coroutine. An iterator class
+               with ``_restores_from_all_shards = True`` is given the list of
+               all old processes' states when its own file is missing. grain-jax's
                CheckpointHandler and `DatasetIterator.save/load` share them, so
                a checkpoint written by one is read by the other.
 
@@ -52,6 +58,8 @@ from grain_dataset._base import INFINITE as INFINITE
 from grain_dataset._base import register as register
 from grain_dataset._errors import OutOfRangeError as OutOfRangeError
 from grain_dataset._errors import WrongTypeError as WrongTypeError
+from grain_dataset._fingerprint import fingerprint as pipeline_fingerprint
+from grain_dataset._fingerprint import remember_dataset as remember_dataset
 from grain_dataset._guard import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
 from grain_dataset._guard import POLL_S as POLL_S
 from grain_dataset._guard import add_lock as add_lock
@@ -93,8 +101,10 @@ __all__ = [
     "iter_worker_slice",
     "iterator_of",
     "load_coroutine",
+    "pipeline_fingerprint",
     "read_state_into",
     "register",
+    "remember_dataset",
     "restore_all",
     "save_coroutine",
     "serialized",

@@ -46,6 +46,11 @@ class RecordMetadata:
     record_key: int | None = None
     rng: np.random.Generator | None = None
 
+    def __repr__(self) -> str:
+        # A generator's own repr carries its memory address: show its kind only.
+        rng = None if self.rng is None else f"Generator({type(self.rng.bit_generator).__name__})"
+        return f"RecordMetadata(index={self.index}, record_key={self.record_key}, rng={rng})"
+
     def remove_record_key(self) -> RecordMetadata:
         """Returns a copy without the record key (after the record was read)."""
         return dataclasses.replace(self, record_key=None)

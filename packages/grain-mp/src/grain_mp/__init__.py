@@ -7,10 +7,13 @@ merges their outputs round robin with an exact state; `_transport` moves
 elements' numpy arrays through reused shared memory; `_shm_array` is the public
 SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs;
 `_autotune` picks worker and buffer sizes from a measured sample; `_data_loader`
-and `_operations` build the DataLoader on the Dataset API, `_tail` runs its
-parent-side operations, `_loader_state` is its checkpoint format, `_record_ops`
+is the DataLoader, `_operations` plans which of its operations run in the
+workers, `_loader_pipeline` builds it as one Dataset pipeline (with
+`_loader_positions` reading its positions and `_record_stage` running record
+operations), `_loader_state` is its checkpoint format, `_record_ops`
 and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
-`_multithread` is mp_prefetch's slicing and round robin with threads.
+`_multithread` is mp_prefetch's slicing and round robin with threads;
+`_elastic` and `_elastic_plan` are ElasticIterator (ELASTIC.md).
 
 `mp_prefetch` is what `IterDataset.mp_prefetch` calls (grain_dataset imports it
 lazily, by this public name); `sweep_dead_segments` reclaims the shared memory
@@ -22,6 +25,7 @@ from grain_mp._autotune import pick_performance_config as pick_performance_confi
 from grain_mp._data_loader import DataLoader as DataLoader
 from grain_mp._data_loader import DataLoaderIterator as DataLoaderIterator
 from grain_mp._data_loader import PyGrainDatasetIterator as PyGrainDatasetIterator
+from grain_mp._elastic import ElasticIterator as ElasticIterator
 from grain_mp._load import load as load
 from grain_mp._mp_prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
 from grain_mp._mp_prefetch import mp_prefetch as mp_prefetch
@@ -41,6 +45,7 @@ __all__ = [
     "BatchOperation",
     "DataLoader",
     "DataLoaderIterator",
+    "ElasticIterator",
     "FilterOperation",
     "MapOperation",
     "MultiprocessPrefetchIterDataset",

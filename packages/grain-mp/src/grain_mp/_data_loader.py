@@ -10,8 +10,10 @@ details):
     -> worker-side operations    MapDataset stages, one unit per position
     -> to_iter_dataset(read_options, allow_nones=True)
     -> mp_prefetch(worker_count, worker_buffer_size)   when worker_count > 0
-    -> parent-side operations    from the first batch after a filter, flat map or
-                                 record operation (`grain_mp._tail`)
+    -> parent-side operations    IterDataset stages, from the first batch after a
+                                 filter, flat map or record operation
+
+one Dataset pipeline (`grain_mp._loader_pipeline`), which the iterator runs.
 
 Every position yields exactly one unit (None where filtered), and mp_prefetch's
 round robin over the workers' slices ``w::n`` returns the units in position
@@ -22,8 +24,9 @@ elements of `batch_size` positions, one message per list), and so is everything
 after it; pipelines whose batches come before any filter batch in the workers.
 
 State. ``iterator.get_state()`` returns small JSON bytes (``set_state`` takes the
-bytes, a str or the decoded dict), described in `grain_mp._loader_state`. It does
-not depend on worker_count: a checkpoint saved with 8 workers restores with 0.
+bytes, a str or the decoded dict), described in `grain_mp._loader_state`: the
+pipeline iterator's state with the loader's identity. It does not depend on
+worker_count: a checkpoint saved with 8 workers restores with 0.
 
 Attributes. As in Grain (Keras rebuilds loaders from them): `_data_source`,
 `_sampler`, `_operations` (a list), `_shard_options` (the loader's, else the
@@ -52,19 +55,15 @@ from grain_dataset.extension import (
     serialized,
 )
 from grain_index import NoSharding, RecordMetadata, ShardOptions
+from grain_mp._loader_pipeline import build_pipeline, build_units
 from grain_mp._loader_state import (
+    SavedPosition,
     decode_state,
     describe_for_checkpoint,
     encode_state,
 )
-from grain_mp._operations import (
-    Plan,
-    SamplerSourceMapDataset,
-    build_units,
-    plan_operations,
-)
+from grain_mp._operations import Plan, SamplerSourceMapDataset, plan_operations
 from grain_mp._options import MultiprocessingOptions
-from grain_mp._tail import IndexTracker, Units, build_tail
 
 __all__ = [
     "DataLoader",
@@ -146,7 +145,7 @@ class DataLoader:
         operations: Grain's MapOperation, RandomMapOperation, FilterOperation and
         BatchOperation, or any callable from an iterator of `grain.python.Record`
         to one (e.g. PackAndBatchOperation), run in this process (see
-        `grain_mp._tail` for the contract that keeps the state exact).
+        `grain_mp._record_stage` for the contract that keeps the state exact).
       worker_count: worker processes; 0 runs the pipeline in this process; None
         picks one per CPU (``os.cpu_count()``). The output does not depend on it.
       worker_buffer_size: how many messages each worker may hold ready ahead of
@@ -283,7 +282,12 @@ class DataLoader:
             shard_count=shard_count,
             metadata=self._plan.metadata,
         )
-        self._units = build_units(self._plan, source)
+        self._pipeline = build_pipeline(
+            self._plan,
+            build_units(self._plan, source),
+            self._read_options,
+            self._multiprocessing_options,
+        )
         self._identity = {
             "sampler": describe_for_checkpoint(sampler),
             "data_source": describe_for_checkpoint(data_source),
@@ -332,108 +336,89 @@ class DataLoader:
             f"operations={list(self._operations)!r}, worker_count={self._worker_count})"
         )
 
-    # -- positions and states ----------------------------------------------------------
+    # -- states ----------------------------------------------------------------------
+
+    def _step_of(self, pipeline_state: dict[str, Any]) -> int:
+        """The sampler step where the positions of `pipeline_state` stand."""
+        state: Any = pipeline_state
+        while isinstance(state, dict) and "parent" in state:
+            state = state["parent"]
+        units = state.get("next_index") if isinstance(state, dict) else None
+        if isinstance(units, bool) or not isinstance(units, int):
+            raise ValueError(
+                f"state['pipeline'] is not the state of this DataLoader's pipeline: "
+                f"{pipeline_state!r:.300}."
+            )
+        return self._unit_to_step(units)
 
     def _unit_to_step(self, unit: int) -> int:
         step = unit * self._plan.steps_per_unit
         return step if self._length >= INFINITE else min(step, self._length)
 
-    def _start(self, unit: int, skip: int, replay: int) -> _Run:
-        """Starts reading at `unit` (skipping `skip` items of it, then `replay` outputs)."""
-        ds = self._units if unit == 0 else self._units[unit:]
-        iter_ds = ds.to_iter_dataset(self._read_options, allow_nones=True)
-        if self._worker_count:
-            iter_ds = iter_ds.mp_prefetch(self._multiprocessing_options)
-        upstream = iter(iter_ds)
-        try:
-            units = Units(upstream, self._plan.list_units, unit, skip)
-            tail, counters, tracker = build_tail(self._plan, units)
-            run = _Run(upstream, units, tail, counters, tracker, self._plan.tail_metadata)
-            for _ in range(replay):
-                try:
-                    run.next()
-                except StopIteration:
-                    raise ValueError(
-                        f"the state says to replay {replay} outputs, but the data ends "
-                        "before: it was saved by a DataLoader with other operations or data."
-                    ) from None
-        except BaseException:
-            upstream.close()
-            raise
-        return run
+    def _encode_state(self, pipeline_state: dict[str, Any]) -> bytes:
+        step = self._step_of(pipeline_state)
+        return encode_state(step, pipeline_state, self._worker_count, self._identity)
 
-    def _encode_state(self, position: tuple[int, int, int]) -> bytes:
-        unit, skip, replay = position
-        step = self._unit_to_step(unit)
-        return encode_state(step, skip, replay, self._worker_count, self._identity)
-
-    def _decode_state(self, state: Any, validate: bool = True) -> tuple[int, int, int]:
-        """The (unit, skip, replay) of a state from `get_state`, after checking it is ours."""
-        step, skip, replay = decode_state(state, self._identity, validate)
-        units = len(self._units)
+    def _decode_state(self, state: Any, validate: bool = True) -> SavedPosition:
+        """Where a state from `get_state` resumes, after checking it is ours and fits."""
+        saved = decode_state(state, self._identity, validate)
+        step = saved.next_step
         if self._length < INFINITE and step > self._length:
             raise ValueError(
                 f"state['next_step']={step} is past the end of this DataLoader "
                 f"({self._length} steps): the state belongs to another DataLoader."
             )
-        unit = min(-(-step // self._plan.steps_per_unit), units)
-        if self._unit_to_step(unit) != step or (skip and not self._plan.list_units):
+        unit = -(-step // self._plan.steps_per_unit)
+        if self._unit_to_step(unit) != step or (saved.skip and not self._plan.list_units):
             raise ValueError(
-                f"state (next_step={step}, skip={skip}) does not fit this DataLoader's "
+                f"state (next_step={step}, skip={saved.skip}) does not fit this DataLoader's "
                 "operations: it was saved by a DataLoader with other batches or filters."
             )
-        if replay and not (self._plan.flat_maps_in_tail or self._plan.tracks_indices):
+        if saved.replay and not self._plan.may_replay:
             raise ValueError(
-                f"state['replay']={replay} does not fit this DataLoader's operations (it "
+                f"state['replay']={saved.replay} does not fit this DataLoader's operations (it "
                 "has no flat map or record operation that could need it): the state is "
                 "from another DataLoader."
             )
-        return unit, skip, replay
+        if saved.pipeline is not None and self._step_of(saved.pipeline) != step:
+            raise ValueError(
+                f"state['next_step']={step} disagrees with the position of state['pipeline']: "
+                "the state was modified."
+            )
+        return saved
 
+    def _restored(self, saved: SavedPosition) -> Any:
+        """A pipeline iterator at `saved` (a version-1 state: before its replay)."""
+        iterator = iter(self._pipeline)
+        try:
+            pipeline = saved.pipeline
+            if pipeline is None:  # version 1: the parent side afresh at (unit, skip)
+                pipeline = self._fresh_state(iterator, saved)
+            try:
+                iterator.set_state(pipeline)
+            except (ValueError, TypeError) as error:
+                raise ValueError(
+                    f"this state does not fit this DataLoader's operations or data: {error}"
+                ) from error
+        except BaseException:
+            iterator.close()
+            raise
+        return iterator
 
-class _Run:
-    """One read of the loader from some position: the upstream iterator and the tail."""
+    def _fresh_state(self, iterator: Any, saved: SavedPosition) -> dict[str, Any]:
+        """The pipeline's state with every parent-side stage fresh at a version-1 position.
 
-    def __init__(
-        self,
-        upstream: Any,
-        units: Units,
-        tail: Iterator[Any],
-        counters: list[list[int]],
-        tracker: IndexTracker | None,
-        records: bool,
-    ):
-        self._upstream = upstream
-        self._units = units
-        self._tail = tail
-        self._counters = counters
-        self._tracker = tracker
-        self._records = records
-        # With flat maps in the tail: the last point where none held pending outputs,
-        # and how many outputs were returned since (the replay count of a state).
-        self._clean = units.cursor()
-        self._replay = 0
-
-    def next(self) -> Any:
-        output = next(self._tail)
-        if self._tracker is not None:
-            self._tracker.output(output)
-        elif self._counters:
-            if any(counter[0] for counter in self._counters):
-                self._replay += 1
-            else:
-                self._clean, self._replay = self._units.cursor(), 0
-        return output.data if self._records else output
-
-    def position(self) -> tuple[int, int, int]:
-        if self._tracker is not None:
-            return self._tracker.position()
-        if self._counters:
-            return (*self._clean, self._replay)
-        return (*self._units.cursor(), 0)
-
-    def close(self) -> None:
-        self._upstream.close()
+        A fresh iterator's state has that shape (its stages are all fresh): the
+        state of its positions, at the bottom, is replaced by the version-1 one.
+        """
+        state = iterator.get_state()
+        positions = state
+        while "parent" in positions:
+            positions = positions["parent"]
+        positions["next_index"] = -(-saved.next_step // self._plan.steps_per_unit)
+        if self._plan.list_units:
+            positions["emitted"] = saved.skip
+        return state
 
 
 class DataLoaderIterator(Iterator[Any]):
@@ -483,13 +468,16 @@ class DataLoaderIterator(Iterator[Any]):
             raise TypeError(f"`validate_state` must be a bool, got {validate_state!r}.")
         self._loader = data_loader
         self._validate_state = validate_state
-        self._resume: tuple[int, int, int] = (0, 0, 0)
-        if state is not None:
-            self._resume = data_loader._decode_state(state, validate_state)
-        self._run: _Run | None = None
+        # The pipeline iterator (None: not made yet, or dropped after an error or close()),
+        # the version-1 outputs it still has to replay, and where a new one resumes.
+        self._it: Any = None
+        self._pending = 0
+        self._saved: SavedPosition | None = None
         self._closed = False
         # One thread at a time in next/get_state/set_state/close (grain_dataset._guard).
         add_lock(self)
+        if state is not None:
+            self._restore(data_loader._decode_state(state, validate_state))
 
     def __iter__(self) -> DataLoaderIterator:
         return self
@@ -497,35 +485,72 @@ class DataLoaderIterator(Iterator[Any]):
     # How a closed iterator's error says to make a new one (grain_dataset._guard).
     _MADE_BY = "iter(loader)"
 
+    def _restore(self, saved: SavedPosition) -> None:
+        """Moves to `saved`, checking at once that the pipeline takes it."""
+        it = self._loader._restored(saved)
+        self._drop()
+        self._it, self._pending, self._saved = it, saved.replay, saved
+
+    def _iterator(self) -> Any:
+        """The pipeline iterator, made (at the saved position) if need be."""
+        it = self._it
+        if it is None:
+            saved = self._saved
+            it = self._it = self._loader._restored(saved) if saved else iter(self._loader._pipeline)
+            self._pending = saved.replay if saved else 0
+        if self._pending:
+            # A version-1 state: the parent side restarted afresh drops what it had returned.
+            try:
+                for _ in range(self._pending):
+                    next(it)
+            except StopIteration:
+                self._drop()
+                raise ValueError(
+                    f"the state says to replay {self._pending} outputs, but the data ends "
+                    "before: it was saved by a DataLoader with other operations or data."
+                ) from None
+            except BaseException:
+                self._drop()
+                raise
+            self._pending = 0
+        return it
+
+    def _drop(self) -> None:
+        it, self._it = self._it, None
+        if it is not None:
+            it.close()
+
     @serialized
     def __next__(self) -> Any:
         if self._closed:
             raise closed_error(self)
-        run = self._run
-        if run is None:
-            run = self._run = self._loader._start(*self._resume)
-        before = run.position()
+        it = self._iterator()
+        before = it.get_state() if self._loader._plan.drops_failing else None
         try:
-            return run.next()
+            return next(it)
         except StopIteration:
             raise
         except BaseException:
-            # Stay before the failing element: the next call rebuilds the reading there.
-            self._close_run(before)
+            # Stay before the failing element: the next call reads it again.
+            self._saved = SavedPosition(0, it.get_state() if before is None else before)
+            self._drop()
             raise
+
+    def _pipeline_state(self) -> dict[str, Any]:
+        saved = self._saved
+        if self._it is None and saved is not None and saved.pipeline is not None:
+            return saved.pipeline
+        return self._iterator().get_state()
 
     @serialized
     def get_state(self) -> bytes:
         """The position as JSON bytes; pass them to `set_state` of any iterator of this loader."""
-        position = self._resume if self._run is None else self._run.position()
-        return self._loader._encode_state(position)
+        return self._loader._encode_state(self._pipeline_state())
 
     @serialized
     def set_state(self, state: bytes | str | dict[str, Any]) -> None:
         """Moves to the position `state` (from `get_state`) describes; checks it fits."""
-        position = self._loader._decode_state(state, self._validate_state)
-        self._close_run()
-        self._resume = position
+        self._restore(self._loader._decode_state(state, self._validate_state))
 
     @serialized
     def start_prefetch(self) -> None:
@@ -534,18 +559,7 @@ class DataLoaderIterator(Iterator[Any]):
         Useful when the iterator is created (or restored) well before its first
         element is needed: the workers warm up meanwhile.
         """
-        if self._run is None:
-            self._run = self._loader._start(*self._resume)
-        start = getattr(self._run._upstream, "start_prefetch", None)
-        if start is not None:
-            start()
-
-    def _close_run(self, position: tuple[int, int, int] | None = None) -> None:
-        """Stops the current run; reading resumes at `position` (default: where it stopped)."""
-        run, self._run = self._run, None
-        if run is not None:
-            self._resume = run.position() if position is None else position
-            run.close()
+        self._iterator().start_prefetch()
 
     @serialized
     def close(self) -> None:
@@ -558,13 +572,15 @@ class DataLoaderIterator(Iterator[Any]):
         (``CLOSE_TIMEOUT_S`` of ``grain_dataset._guard``, docs/troubleshooting.md).
         """
         self._closed = True
-        self._close_run()
+        if self._it is not None and not self._pending:
+            self._saved = SavedPosition(0, self._it.get_state())
+        self._drop()
 
     def _interrupt(self) -> list[Any]:
         # close() from another thread (grain_dataset._guard): the reading it waits on.
         self._closed = True
-        run = self._run
-        return [] if run is None else [run._upstream]
+        it = self._it
+        return [] if it is None else [it]
 
     def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that writes the state (taken now) into `directory`.
@@ -589,14 +605,19 @@ class DataLoaderIterator(Iterator[Any]):
         with contextlib.suppress(Exception):
             if sys.is_finalizing():
                 return
-            self._close_run()
+            self._drop()
 
     def __repr__(self) -> str:
-        position = self._resume if self._run is None else self._run.position()
-        return (
-            f"DataLoaderIterator(next_step={self._loader._unit_to_step(position[0])}, "
-            f"worker_count={self._loader._worker_count})"
-        )
+        saved = self._saved
+        if self._it is not None and not self._pending:
+            step = self._loader._step_of(self._it.get_state())
+        elif saved is None:
+            step = 0
+        elif saved.pipeline is None:
+            step = saved.next_step
+        else:
+            step = self._loader._step_of(saved.pipeline)
+        return f"DataLoaderIterator(next_step={step}, worker_count={self._loader._worker_count})"
 
 
 PyGrainDatasetIterator = DataLoaderIterator

@@ -2,16 +2,24 @@
 
 ::
 
-    {"version": 1, "next_step": 48, "skip": 0, "replay": 0, "worker_count": 2,
+    {"version": 2, "next_step": 48, "worker_count": 2,
+     "pipeline": {"next_index": 6, "grain_fingerprint": "SamplerSourceMapDataset(...) > ..."},
      "sampler": "IndexSampler(num_records=..., seed=0)",
      "data_source": "SharedMemoryDataSource(len=100, name='<segment>', bytes=...)",
      "data_source_len": 100, "shard_options": null}
 
-`next_step` is where reading resumes (the loader steps before it are consumed),
-`skip` how many elements of that resumption point were already returned, and
-`replay` how many outputs to recompute and drop (see `grain_mp._tail`). The
-description fields (the *identity*) are compared on restore, so that a state of
-another sampler, data source or sharding is refused instead of silently read.
+`pipeline` is the state of the loader's Dataset pipeline (`get_state()` of its
+iterator, see `grain_mp._loader_pipeline`); `next_step` is where its reading of
+the sampler's steps stands (the steps before it are consumed), for people and
+for the range check; `worker_count` is informational: a state restores with
+any. The description fields (the *identity*) are compared on restore, so that
+a state of another sampler, data source or sharding is refused instead of
+silently read.
+
+Version 1, written before the loader ran on the Dataset engine, is still read:
+``{"version": 1, "next_step", "skip", "replay", "worker_count", identity...}``
+means "start the parent side of the pipeline afresh at step `next_step`,
+`skip` elements into it, and drop its first `replay` outputs".
 
 Google's Grain writes a different state (``{"version": 2, "last_seen_indices":
 {...}, "last_worker_index": ..., ...}``): per-worker record indices of *its*
@@ -21,6 +29,7 @@ corresponds to it. Such a state is recognized and refused with that explanation.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -28,12 +37,21 @@ from typing import Any
 
 import numpy as np
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 IDENTITY_KEYS = ("sampler", "data_source", "data_source_len", "shard_options")
-_POSITION_KEYS = ("next_step", "skip", "replay", "worker_count")
-_STATE_KEYS = frozenset({"version", *_POSITION_KEYS, *IDENTITY_KEYS})
+# The integer fields of each version (version 2 adds the pipeline's state).
+_POSITION_KEYS = {
+    1: ("next_step", "skip", "replay", "worker_count"),
+    2: ("next_step", "worker_count"),
+}
+_STATE_KEYS = {
+    1: frozenset({"version", *_POSITION_KEYS[1], *IDENTITY_KEYS}),
+    2: frozenset({"version", "pipeline", *_POSITION_KEYS[2], *IDENTITY_KEYS}),
+}
 # What only a state of Google's Grain (0.2.x, state version 2) has.
 _GRAIN_KEYS = frozenset({"last_seen_indices", "last_worker_index"})
+# The key of the pipeline's fingerprint in a Dataset iterator's state (docs/checkpointing.md).
+_FINGERPRINT = "grain_fingerprint"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _SEGMENT = re.compile(r"'psm_[0-9a-fA-F]+'")
 _MAX_DESCRIPTION = 1000
@@ -63,14 +81,23 @@ def describe_for_checkpoint(obj: Any) -> str:
     return text
 
 
-def encode_state(step: int, skip: int, replay: int, worker_count: int, identity: dict) -> bytes:
+@dataclasses.dataclass(frozen=True)
+class SavedPosition:
+    """Where a state says to resume: `pipeline` (version 2), or version 1's fields."""
+
+    next_step: int
+    pipeline: dict[str, Any] | None = None
+    skip: int = 0
+    replay: int = 0
+
+
+def encode_state(step: int, pipeline: dict[str, Any], worker_count: int, identity: dict) -> bytes:
     """The state bytes of a position (see the module docstring)."""
     state = {
         "version": STATE_VERSION,
         "next_step": step,
-        "skip": skip,
-        "replay": replay,
         "worker_count": worker_count,
+        "pipeline": pipeline,
         **identity,
     }
     return json.dumps(state, indent=4).encode()
@@ -88,8 +115,8 @@ def _refuse_grain_state(state: dict[str, Any]) -> None:
     )
 
 
-def decode_state(state: Any, identity: dict[str, Any], validate: bool) -> tuple[int, int, int]:
-    """``(next_step, skip, replay)`` of a state from `get_state`, after checking it.
+def decode_state(state: Any, identity: dict[str, Any], validate: bool) -> SavedPosition:
+    """Where a state from `get_state` (either version) resumes, after checking it.
 
     With `validate`, the state's identity must equal `identity` (this loader's).
     """
@@ -108,15 +135,19 @@ def decode_state(state: Any, identity: dict[str, Any], validate: bool) -> tuple[
         )
     if _GRAIN_KEYS & set(state):
         _refuse_grain_state(state)
-    if set(state) != _STATE_KEYS:
+    version = state.get("version")
+    if type(version) is not int or version not in _STATE_KEYS:
+        if not {"sampler", "next_step"} <= set(state):
+            version = STATE_VERSION  # not ours at all: the keys say so below
+        else:
+            raise ValueError(
+                f"DataLoader state version {version!r} is not supported; this version "
+                f"reads versions {sorted(_STATE_KEYS)}."
+            )
+    if set(state) != _STATE_KEYS[version]:
         raise ValueError(
-            f"this is not a DataLoader state: expected the keys {sorted(_STATE_KEYS)}, "
+            f"this is not a DataLoader state: expected the keys {sorted(_STATE_KEYS[version])}, "
             f"got {sorted(state)}. Pass what `get_state()` returned, unmodified."
-        )
-    if type(state["version"]) is not int or state["version"] != STATE_VERSION:
-        raise ValueError(
-            f"DataLoader state version {state['version']!r} is not supported; this "
-            f"version reads version {STATE_VERSION}."
         )
     for key in IDENTITY_KEYS if validate else ():
         if state[key] != identity[key]:
@@ -127,8 +158,16 @@ def decode_state(state: Any, identity: dict[str, Any], validate: bool) -> tuple[
                 "with (compared by their string representations; pass "
                 "validate_state=False to DataLoaderIterator to skip this check)."
             )
-    for key in _POSITION_KEYS:
+    for key in _POSITION_KEYS[version]:
         value = state[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"state[{key!r}] must be an integer >= 0, got {value!r}.")
-    return state["next_step"], state["skip"], state["replay"]
+    if version == 1:
+        return SavedPosition(state["next_step"], None, state["skip"], state["replay"])
+    pipeline = state["pipeline"]
+    if not isinstance(pipeline, dict) or not isinstance(pipeline.get(_FINGERPRINT), str):
+        raise ValueError(
+            "state['pipeline'] must be the pipeline's state, a dict with its "
+            f"{_FINGERPRINT!r} (every version-2 state has one), got {pipeline!r:.300}."
+        )
+    return SavedPosition(state["next_step"], state["pipeline"])

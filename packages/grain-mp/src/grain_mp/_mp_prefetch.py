@@ -259,6 +259,7 @@ def _worker_main(
     # Cheap elements go in groups: one message (a pipe write, a wake-up of the
     # parent, a read) per element was a third of the transport cost.
     group: list[tuple[Any, Any]] = []
+    produced: int | None = None  # elements of this worker's slice so far, once it runs
     try:
         if isinstance(dataset, bytes):  # not forked: the pipeline and init fn, pickled
             dataset, worker_init_fn = pickle.loads(dataset)
@@ -280,10 +281,12 @@ def _worker_main(
         credit = _Credit(credits, parent_pid, pool)
         group_since = 0.0
         clock = time.perf_counter
+        produced = 0
         while True:
             began = clock()
             try:
                 element = next(iterator)
+                produced += 1
             except StopIteration:
                 if group:
                     out.send((_ELEMENTS, group))
@@ -322,7 +325,8 @@ def _worker_main(
         if group:  # the elements before the error come first, in order
             with contextlib.suppress(BrokenPipeError, EOFError, OSError):
                 out.send((_ELEMENTS, group))
-        _send_error(out, worker_index, error)
+        where = _where(produced, worker_index, worker_count, sequential_slice)
+        _send_error(out, where, error)
     finally:
         pool.close()
 
@@ -367,12 +371,26 @@ class _Credit:
         return True
 
 
-def _send_error(out: connection.Connection, worker_index: int, error: BaseException) -> None:
-    text = "".join(traceback.format_exception(error))
+def _where(produced: int | None, index: int, count: int, sequential: bool) -> str:
+    """Which element a worker failed on, in its slice and, where known, in the pipeline."""
+    if produced is None:
+        return "while starting its pipeline"
+    where = f"on element {produced} of its slice"
+    if not sequential:  # worker i reads elements i, i + count, i + 2 * count, ...
+        where += f" (element {index + produced * count} of the pipeline it runs)"
+    return where
+
+
+def _send_error(out: connection.Connection, where: str, error: BaseException) -> None:
+    # The worker's own frames, for the parent's note; the message and the notes come
+    # with the pickled error, and the loop above (this file) is not the user's business.
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
+    text = f"{where}; where it raised:\n" + "".join(traceback.format_list(frames))
     try:
         blob: bytes | None = pickle.dumps(error)
     except Exception:  # an exception that cannot cross processes still gets its text across
         blob = None
+        text += "".join(traceback.format_exception_only(error))
     # "TypeName: message", for the parent's RuntimeError if the error cannot be rebuilt there.
     summary = "".join(traceback.format_exception_only(error)).strip()
     with contextlib.suppress(BrokenPipeError, EOFError, OSError):
@@ -633,8 +651,9 @@ class _MultiprocessIterator(RoundRobinIterator):
                 error = pickle.loads(blob)
         if not isinstance(error, BaseException):
             error = RuntimeError(f"grain worker {index} raised {summary}")
-        note = f"grain worker {index} of {self._count} raised it; its traceback:\n{text.rstrip()}"
-        error.add_note(note)
+        # Its frames in the worker are in the note below; its notes (the stage, the
+        # filtering's) came with it, and the consumer's frames are filtered as usual.
+        error.add_note(f"grain worker {index} of {self._count} raised it {text.rstrip()}")
         raise error
 
     # -- the DatasetIterator contract --------------------------------------------------------

@@ -11,9 +11,9 @@ followed by the user's `operations`. `plan_operations` splits them in two:
                 only, in whichever process reads it.
   parent side   the rest (the "tail"), from the first batch that follows a filter,
                 the first flat map or the first record operation (any other
-                callable: it takes the iterator of Records). It runs as a chain of
-                small generators in the process that iterates the DataLoader
-                (`grain_mp._tail`).
+                callable: it takes the iterator of Records). It runs as
+                IterDataset stages in the process that iterates the DataLoader
+                (`grain_mp._loader_pipeline`).
 
 Why: mp_prefetch's round robin over slices ``w::n`` of the positions gives back
 the single-process order exactly when every position yields exactly one item
@@ -22,7 +22,7 @@ a filter cannot be formed per position, so the worker side groups the positions
 it hands over: `unit` is "chunk" (a list of the surviving items of `chunk_size`
 consecutive positions, one message per chunk instead of one per element) or
 "fan_out" (the list of a flat map's outputs for one position), and the parent
-flattens the lists before the tail.
+flattens the lists before the tail (`grain_mp._loader_positions`).
 
 Records: transforms see the record data only. When an operation needs the
 record's metadata (a RandomMapTransform its `rng`, a MapWithIndex its `index`, a
@@ -47,7 +47,6 @@ from grain_dataset import (
     Batch,
     FilterTransform,
     FlatMapTransform,
-    MapDataset,
     MapTransform,
     MapWithIndex,
     RandomMapTransform,
@@ -199,6 +198,20 @@ class FlatMapStep:
         return f"FlatMapStep({self.__qualname__})"
 
 
+class AsFlatMap(FlatMapTransform):
+    """A `FlatMapStep` as the FlatMapTransform of an IterDataset flat map (the parent side's)."""
+
+    def __init__(self, step: FlatMapStep):
+        self.max_fan_out = step.max_fan_out
+        self.step = step
+
+    def flat_map(self, element: Any) -> Sequence[Any]:
+        return self.step(element)
+
+    def __repr__(self) -> str:
+        return f"AsFlatMap({self.step.__qualname__})"
+
+
 class RecordsStep:
     """A record operation (any callable from an iterator of Records to one) in the tail.
 
@@ -316,13 +329,20 @@ class Plan:
         return self.unit != "item"
 
     @property
-    def flat_maps_in_tail(self) -> int:
-        return sum(isinstance(op, FlatMapStep) for op in self.tail)
+    def drops_failing(self) -> bool:
+        """Whether the tail has a stage that goes past an element its function fails on.
+
+        The IterDataset map, filter and flat map do; the other stages stay
+        before it (the worker side's reading, a batch), or restore to a point
+        before it (a record operation's stage), so their state after an error
+        is where the loader resumes.
+        """
+        return any(isinstance(op, ElementStep | FlatMapStep) for op in self.tail)
 
     @property
-    def tracks_indices(self) -> bool:
-        """Whether the tail holds record operations (positions follow Record indices)."""
-        return any(isinstance(op, RecordsStep) for op in self.tail)
+    def may_replay(self) -> bool:
+        """Whether the tail holds a flat map or record operation (a version-1 state replays)."""
+        return any(isinstance(op, FlatMapStep | RecordsStep) for op in self.tail)
 
 
 def plan_operations(operations: Sequence[Any]) -> Plan:
@@ -468,20 +488,3 @@ class SamplerSourceMapDataset(MapStage):
 
     def _describe(self) -> str:
         return f"sampler={self._sampler!r}, source={type(self._source).__name__}"
-
-
-def build_units(plan: Plan, source: MapDataset[Any]) -> MapDataset[Any]:
-    """The worker-side MapDataset: one unit per position (see `Plan.unit`)."""
-    ds = source
-    for op in plan.worker:
-        if isinstance(op, BatchStep):
-            ds = ds.batch(op.batch_size, drop_remainder=op.drop_remainder, batch_fn=op)
-        else:
-            ds = ds.map(op)
-    if plan.worker_metadata and not plan.tail_metadata:
-        ds = ds.map(strip_metadata)  # no Record (or rng) crosses to the parent needlessly
-    if plan.unit == "chunk":
-        ds = ds.batch(plan.chunk_size, batch_fn=as_list)
-    elif plan.unit == "fan_out":
-        ds = ds.map(plan.fan_out)
-    return ds

@@ -66,8 +66,10 @@ def check_round_robin_state(
 class RoundRobinIterator(DatasetIterator[Any]):
     """The iterator of a prefetcher that runs `count` readers of `dataset`'s parent."""
 
-    # For statistics: its calls wait on the readers.
+    # For statistics: its calls wait on the readers, whose stages (copies in worker
+    # processes or threads) are not tracked here, so the wait is their work.
     _STATS_ASYNC = True
+    _STATS_READERS_UNTRACKED = True
     # How messages name one reader.
     _READER = "worker"
 

@@ -1,16 +1,24 @@
 """grain_sources: what grain pipelines read from.
 
-Layout: the source layer. It imports numpy and array_record (pyarrow and
-google-crc32c only as optional extras), never another grain package.
-`_protocol` holds the RandomAccessDataSource contract; each random-access
-source lives in a module of its own (`_array_record`, `_range`,
-`_shared_memory`); `_tfrecord` and `_parquet` are resumable sequential readers
+Layout: the source layer. It imports numpy and array_record (pyarrow,
+google-crc32c, fsspec and cramjam only as optional extras), never another grain
+package. `_protocol` holds the RandomAccessDataSource contract; each
+random-access source lives in a module of its own (`_array_record`, `_range`,
+`_shared_memory`; `_array_record_remote` for URLs, over `_array_record_index`,
+`_riegeli`, `_highwayhash` and the range-read layer `_object_store`);
+`_tfrecord` and `_parquet` are resumable sequential readers
 that grain_dataset wraps as IterDatasets; `_writer` makes ArrayRecord files;
 `_paths`, `_checks`, `_progress`, `_crc32c` and `_resumable` are what they share.
 """
 
 from grain_sources._array_record import ArrayRecordDataSource as ArrayRecordDataSource
 from grain_sources._arrays import ArrayDataSource as ArrayDataSource
+from grain_sources._block_shuffle import BlockShuffle as BlockShuffle
+from grain_sources._object_store import ObjectAccessDeniedError as ObjectAccessDeniedError
+from grain_sources._object_store import ObjectStore as ObjectStore
+from grain_sources._object_store import ObjectStoreError as ObjectStoreError
+from grain_sources._object_store import RetryPolicy as RetryPolicy
+from grain_sources._object_store import is_url as is_url
 from grain_sources._parquet import ParquetReader as ParquetReader
 from grain_sources._protocol import RandomAccessDataSource as RandomAccessDataSource
 from grain_sources._range import RangeDataSource as RangeDataSource
@@ -20,19 +28,29 @@ from grain_sources._tfrecord import CorruptRecordError as CorruptRecordError
 from grain_sources._tfrecord import TFRecordReader as TFRecordReader
 from grain_sources._tfrecord import TruncatedRecordError as TruncatedRecordError
 from grain_sources._tfrecord import write_tfrecord as write_tfrecord
+from grain_sources._tfrecord_source import TFRecordDataSource as TFRecordDataSource
+from grain_sources._tfrecord_source import write_tfrecord_index as write_tfrecord_index
 from grain_sources._writer import write_array_record as write_array_record
 
 __all__ = [
     "ArrayDataSource",
     "ArrayRecordDataSource",
+    "BlockShuffle",
     "CorruptRecordError",
     "InMemoryDataSource",
+    "ObjectAccessDeniedError",
+    "ObjectStore",
+    "ObjectStoreError",
     "ParquetReader",
     "RandomAccessDataSource",
     "RangeDataSource",
+    "RetryPolicy",
     "SharedMemoryDataSource",
+    "TFRecordDataSource",
     "TFRecordReader",
     "TruncatedRecordError",
+    "is_url",
     "write_array_record",
     "write_tfrecord",
+    "write_tfrecord_index",
 ]

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from grain_sources._object_store import ObjectStoreError
+from grain_sources._range_file import RangeFile, remote, store_for
 from grain_sources._resumable import ResumableReader
 
 _INSTALL = "pip install grain-sources[parquet]"
@@ -63,6 +65,13 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
         columns); None reads all of them.
       batch_rows: how many rows are converted to Python objects at a time.
       row: the row to start at, in [0, num_rows].
+      filesystem: an fsspec filesystem to read `path` with; URLs (``s3://``,
+        ``gs://``, ...) are read through an object store without it too.
+
+    From an object store, a row group is read when its first row is needed
+    (its column chunks in a few coalesced range requests), so a sequential pass
+    moves each byte once; a random row costs its whole row group: keep row
+    groups near 1-16 MB (``row_group_size`` of ``pq.write_table``) for buckets.
 
     Example::
 
@@ -78,15 +87,19 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
         batch_rows: int = _BATCH_ROWS,
         *,
         row: int = 0,
+        filesystem: Any = None,
     ):
         pq = _pyarrow_parquet()
         text = os.fspath(path)
         self._path = text if isinstance(text, str) else os.fsdecode(text)
-        if not os.path.exists(self._path):
+        # An object store (a URL, or `filesystem`): read through range requests.
+        self._store = store_for(self._path, filesystem) if remote(path, filesystem) else None
+        self._size = self._store.size(self._path) if self._store is not None else 0
+        if self._store is None and not os.path.exists(self._path):
             raise FileNotFoundError(
                 f"Parquet file {self._path!r} does not exist: pass an existing file."
             )
-        if os.path.isdir(self._path):
+        if self._store is None and os.path.isdir(self._path):
             raise IsADirectoryError(
                 f"{self._path!r} is a directory, not a Parquet file: pass the path of a "
                 "file in it (a partitioned dataset is read file by file)."
@@ -95,8 +108,8 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
             raise ValueError(f"batch_rows must be a positive int, got {batch_rows!r}.")
         self._batch_rows = batch_rows
         try:
-            metadata = pq.read_metadata(self._path)
-        except (FileNotFoundError, PermissionError, MemoryError):
+            metadata = pq.read_metadata(self._source())
+        except (FileNotFoundError, PermissionError, MemoryError, ObjectStoreError):
             raise
         except Exception as error:  # a damaged footer raises many pyarrow error types
             raise ValueError(
@@ -115,6 +128,12 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
         self._chunk_start = 0
         self._row = 0
         self.seek(row)
+
+    def _source(self) -> Any:
+        """What pyarrow reads: the local path, or a file over range reads."""
+        if self._store is None:
+            return self._path
+        return RangeFile(self._store, self._path, self._size)
 
     def _check_columns(self, columns: Sequence[str] | None, schema: Any) -> list[str] | None:
         if columns is None:
@@ -181,8 +200,11 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
             if group != self._group:
                 if self._file is None:
                     # Pages written with checksums (write_page_checksum=True) are verified.
+                    # pre_buffer: a row group's column chunks in few, coalesced reads.
                     self._file = _pyarrow_parquet().ParquetFile(
-                        self._path, page_checksum_verification=True
+                        self._source(),
+                        page_checksum_verification=True,
+                        pre_buffer=self._store is not None,
                     )
                 self._table = None  # let the previous row group go before reading the next
                 self._group = -1
@@ -190,7 +212,13 @@ class ParquetReader(ResumableReader[dict[str, Any]]):
                 self._group = group
             start = int(self._ends[group]) - self._table.num_rows
             self._chunk = self._table.slice(row - start, self._batch_rows).to_pylist()
-        except (FileNotFoundError, PermissionError, IsADirectoryError, MemoryError):
+        except (
+            FileNotFoundError,
+            PermissionError,
+            IsADirectoryError,
+            MemoryError,
+            ObjectStoreError,
+        ):
             raise
         except Exception as error:
             # Damaged data surfaces as many pyarrow errors (OSError, ArrowInvalid,

@@ -79,3 +79,33 @@ def _expand_one(pattern: str) -> list[str]:
             raise NoSuchFileError(f"no file matches the pattern {pattern!r}.")
         return matches
     raise NoSuchFileError(f"{pattern!r} does not exist: pass an existing file or a glob.")
+
+
+def expand_urls(paths: list[Any], store: Any) -> list[str]:
+    """`expand` for URLs: globs are listed through `store`, ``name@N`` names its shards.
+
+    Existence is checked when each object is opened (one size request), not here.
+    """
+    files: list[str] = []
+    for item in paths:
+        if not isinstance(item, str | os.PathLike):
+            raise WrongTypeError(
+                f"`paths` must hold URL strings, got {type(item).__name__} {item!r}."
+            )
+        pattern = os.fspath(item)
+        sharded = _SHARDED.match(pattern)
+        if sharded:
+            count = int(sharded["count"])
+            if count < 1:
+                raise ValueError(f"the sharded pattern {pattern!r} names 0 shards: use name@N.")
+            files.extend(shard_name(sharded["base"], i, count) for i in range(count))
+        elif _GLOB_CHARS & set(pattern.split("://", 1)[-1]):
+            matches = store.glob(pattern)
+            if not matches:
+                raise NoSuchFileError(f"no object matches the pattern {pattern!r}.")
+            files.extend(matches)
+        else:
+            files.append(pattern)
+    if not files:
+        raise ValueError("`paths` is empty: pass at least one URL.")
+    return files

@@ -429,7 +429,8 @@ class SharedMemoryDataSource:
     Example::
 
         source = grain.InMemoryDataSource(range(5))
-        print(source)  # SharedMemoryDataSource(len=5, name='psm_...', bytes=128)
+        print(source)  # InMemoryDataSource(len=5, name='psm_...', bytes=128)
+        source  # SharedMemoryDataSource(len=5, name='psm_...', bytes=128): the same class
         source[0]  # 0
 
     Args:
@@ -623,12 +624,16 @@ class SharedMemoryDataSource:
         return _reattach, (type(self), state.name, state.length, state.nbytes)
 
     def __repr__(self) -> str:
+        return self._describe("SharedMemoryDataSource")
+
+    def __str__(self) -> str:
+        # The one class has two names; print() uses the DataLoader guide's (as Grain does).
+        return self._describe("InMemoryDataSource")
+
+    def _describe(self, name: str) -> str:
         state = self._state
         closed = ", closed" if state.closed else ""
-        return (
-            f"SharedMemoryDataSource(len={state.length}, name={state.name!r}, "
-            f"bytes={state.nbytes}{closed})"
-        )
+        return f"{name}(len={state.length}, name={state.name!r}, bytes={state.nbytes}{closed})"
 
 
 def _positions(indices: Sequence[SupportsIndex], n: int) -> np.ndarray:

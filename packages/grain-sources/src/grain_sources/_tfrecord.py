@@ -15,12 +15,15 @@ record that followed.
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
 from grain_sources import _crc32c
+from grain_sources._object_store import ObjectStore
+from grain_sources._range_file import RangeFile, remote, store_for
 from grain_sources._resumable import ResumableReader
 
 _HEADER = struct.Struct("<QI")
@@ -145,6 +148,11 @@ class TFRecordReader(ResumableReader[bytes]):
     naming the file and the record's offset; the position stays at that
     record.
 
+    A URL (``s3://``, ``gs://``, ...), or any path with ``filesystem=`` (an
+    fsspec filesystem), is read from an object store in range requests of
+    `buffer_size` bytes, with retries. For random access by record number,
+    use `TFRecordDataSource` (an offset index, kept in a sidecar file).
+
     Example::
 
         with TFRecordReader("data.tfrecord") as reader:
@@ -162,8 +170,16 @@ class TFRecordReader(ResumableReader[bytes]):
         offset: int = 0,
         index: int = 0,
         buffer_size: int = _BUFFER_SIZE,
+        filesystem: Any = None,
     ):
-        self._path = _check_file(path)
+        if remote(path, filesystem):
+            # An object store: buffered range reads of `buffer_size` bytes each.
+            self._path = os.fspath(path)
+            self._store: ObjectStore | None = store_for(self._path, filesystem)
+            self._remote_size = self._store.size(self._path)
+        else:
+            self._path = _check_file(path)
+            self._store = None
         self._verify = bool(verify_crc)
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 1:
             raise ValueError(f"buffer_size must be a positive int of bytes, got {buffer_size!r}.")
@@ -212,7 +228,7 @@ class TFRecordReader(ResumableReader[bytes]):
                     f"`{name}` must be an int >= 0 (a position this reader reported), "
                     f"got {number!r}."
                 )
-        size = os.stat(self._path).st_size
+        size = self._file_size()
         if offset > size:
             raise ValueError(
                 f"offset {offset} is past the end of TFRecord file {self._path!r} "
@@ -228,7 +244,7 @@ class TFRecordReader(ResumableReader[bytes]):
 
     def _check_header_at(self, offset: int, size: int) -> None:
         """Reads the header at `offset` and checks its CRC, leaving the position unchanged."""
-        with open(self._path, "rb") as file:
+        with self._open_raw(_HEADER.size) as file:
             file.seek(offset)
             header = file.read(_HEADER.size)
         self._unpack_header(
@@ -266,12 +282,21 @@ class TFRecordReader(ResumableReader[bytes]):
 
     # -- reading ------------------------------------------------------------------
 
-    def _open(self) -> BinaryIO:
+    def _file_size(self) -> int:
+        return self._remote_size if self._store is not None else os.stat(self._path).st_size
+
+    def _open_raw(self, buffering: int) -> BinaryIO:
         # buffering=1 would ask for line buffering, which binary files lack.
-        buffering = max(self._buffer_size, 2)
-        file = open(self._path, "rb", buffering=buffering)  # noqa: SIM115 - kept open
+        buffering = max(buffering, 2)
+        if self._store is None:
+            return open(self._path, "rb", buffering=buffering)
+        raw = RangeFile(self._store, self._path, self._remote_size)
+        return io.BufferedReader(raw, buffer_size=buffering)  # type: ignore[return-value]
+
+    def _open(self) -> BinaryIO:
+        file = self._open_raw(self._buffer_size)
         try:
-            self._size = os.fstat(file.fileno()).st_size
+            self._size = self._file_size()
             file.seek(self._offset)
         except BaseException:
             file.close()

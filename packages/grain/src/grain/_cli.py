@@ -12,6 +12,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+import grain
 import grain._cli_bench as _cli_bench
 import grain._cli_convert as _cli_convert
 import grain._cli_demo as _cli_demo
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"grain {grain.__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module in _COMMANDS.items():
         sub = commands.add_parser(
@@ -73,7 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `grain` command; returns its exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage, not the top-level one (exit 2)
+        args.subparser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.check(args, args.subparser)  # calls subparser.error (exit 2) on a bad value
     try:
         return args.run(args)

@@ -28,22 +28,33 @@ class UsageError(CommandError):
 
 
 class ProgressBar:
-    """A bar redrawn on one line of stderr, only when stderr is a terminal.
+    """Progress on stderr: a bar redrawn on one line on a terminal, else a line every
+    few seconds (a log or a pipe gets a record of progress, not a flood of redraws).
 
-    ``update(done)`` takes the running count; it redraws at most ten times a
-    second, so calling it for every element costs a clock read.
+    ``update(done)`` takes the running count; it draws at most ten times a second
+    on a terminal and once every `line_interval_s` elsewhere, so calling it for
+    every element costs a clock read. Set `enabled` to False to silence it.
     """
 
     def __init__(
-        self, total: int | None, label: str, unit: str = "records", stream: TextIO | None = None
+        self,
+        total: int | None,
+        label: str,
+        unit: str = "records",
+        stream: TextIO | None = None,
+        line_interval_s: float = 5.0,
     ):
         self._stream = sys.stderr if stream is None else stream
-        self.enabled = bool(getattr(self._stream, "isatty", lambda: False)())
+        self._terminal = bool(getattr(self._stream, "isatty", lambda: False)())
+        self.enabled = True
+        self._interval = 0.1 if self._terminal else line_interval_s
         self._total = total
         self._label = label
         self._unit = unit
         self._start = time.perf_counter()
-        self._next_draw = self._start + 0.1  # a first draw would show a meaningless rate
+        # A first draw would show a meaningless rate; a short run prints no line at all.
+        self._next_draw = self._start + self._interval
+        self._drawn = False
         self._done = 0
 
     def update(self, done: int) -> None:
@@ -51,28 +62,36 @@ class ProgressBar:
         if self.enabled:
             now = time.perf_counter()
             if now >= self._next_draw:
-                self._next_draw = now + 0.1
+                self._next_draw = now + self._interval
                 self._draw(now)
 
     def _draw(self, now: float, end: str = "") -> None:
-        rate = self._done / max(now - self._start, 1e-9)
-        if self._total:
+        elapsed = max(now - self._start, 1e-9)
+        rate = format_rate(self._done / elapsed, self._unit)
+        if self._total and self._terminal:
             width = 30
             filled = min(width, width * self._done // self._total)
             bar = (
                 f"[{'#' * filled}{'.' * (width - filled)}] "
                 f"{self._done:,}/{self._total:,} {self._unit}"
             )
+        elif self._total:
+            bar = f"{self._done:,}/{self._total:,} {self._unit} ({self._done / self._total:.0%})"
         else:
             bar = f"{self._done:,} {self._unit}"
-        self._stream.write(f"\r{self._label} {bar}  {format_rate(rate)}\x1b[K{end}")
+        if self._terminal:
+            self._stream.write(f"\r{self._label} {bar}  {rate}\x1b[K{end}")
+        else:
+            self._stream.write(f"{self._label.strip()}: {bar}, {rate}, {elapsed:.0f} s\n")
+        self._drawn = True
         self._stream.flush()
 
     def close(self) -> None:
-        """Draws the final state and ends the line (nothing when not on a terminal)."""
-        if self.enabled:
+        """Draws the final state: ends the bar's line on a terminal; elsewhere a last
+        line, if any was printed."""
+        if self.enabled and (self._terminal or self._drawn):
             self._draw(time.perf_counter(), end="\n")
-            self.enabled = False
+        self.enabled = False
 
 
 def format_rate(per_second: float, unit: str = "") -> str:

@@ -21,13 +21,16 @@ import importlib
 import importlib.util
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import grain
+import grain_sources
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes, format_rate
 from grain._convert_errors import ConversionError, InputError
 from grain._convert_inputs import FORMAT_NAMES
+from grain._convert_options import SMALL_RECORD, check_writer_options, overhead_note
 from grain.convert import EXECUTORS, ConversionResult, convert
 
 SUMMARY = (
@@ -77,8 +80,20 @@ the same bytes. If a run stops (Ctrl-C, a lost machine), run the same command
 with --resume: shards whose marker matches the plan are kept, the rest are
 written again. DEST.manifest.json (shards, counts, checksums, the plan's
 hash) is written last; "grain inspect DEST@N" checks the files against it.
-A progress bar shows on stderr when it is a terminal; the summary goes to
-stdout."""
+A progress bar shows on stderr when it is a terminal, a progress line every
+5 s when it is not; the summary goes to stdout.
+
+SRC and DEST may be bucket URLs (s3://, gs://, ...): a SRC object (or the
+objects a glob names) is downloaded to a temporary directory first; shards for
+a DEST URL are written to a temporary directory on this machine, uploaded with
+their manifest, and read back from the bucket (so --resume and a remote
+--ray-address cannot be used with one).
+
+Size: with group_size:1 every record is its own ArrayRecord chunk, with about
+70 bytes of headers and index, and a file grows in 64 KiB blocks. Small records
+therefore take several times their size on disk (25-byte JSON lines: about 3x);
+the summary says so when it happens. A larger group_size shrinks that, at the
+cost of decompressing the whole group for each random read."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,10 +123,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--writer-options",
-        default="group_size:1",
+        default="auto",
         metavar="OPTIONS",
-        help='ArrayRecordWriter options, e.g. "group_size:1,zstd:9" (default: group_size:1, '
-        "which random access needs)",
+        help='ArrayRecordWriter options, e.g. "group_size:1,zstd:9". The default, auto, '
+        "keeps group_size:1 (every record read on its own, which random access needs) and "
+        f"picks the compression from the input: uncompressed for records under "
+        f"{SMALL_RECORD} bytes on average, where compressing one record at a time only adds "
+        "bytes, else ArrayRecord's zstd:3",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace output files that already exist"
@@ -195,6 +213,12 @@ def _load_transform(spec: str) -> Callable[[Any], Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        check_writer_options(args.writer_options)
+    except ValueError as error:
+        raise UsageError(f"--writer-options {args.writer_options!r}: {error}") from None
+    if grain_sources.is_url(args.src) or grain_sources.is_url(args.dest):
+        return _run_with_buckets(args)
     transform = _load_transform(args.transform) if args.transform else None
 
     def announce(plan: dict[str, Any]) -> None:
@@ -251,6 +275,10 @@ def _print_summary(args: argparse.Namespace, result: ConversionResult) -> None:
     )
     for name in outputs[:2] + (["..."] if len(outputs) > 3 else []) + outputs[2:][-1:]:
         print(f"  {name}")
+    print(f"writer options: {result.writer_options}")
+    note = overhead_note(result.disk_bytes, result.num_bytes, len(outputs), result.writer_options)
+    if note:
+        print(note)
     with grain.sources.ArrayRecordDataSource(outputs) as written:
         found = len(written)
     if found != result.num_records:
@@ -268,3 +296,56 @@ def _print_summary(args: argparse.Namespace, result: ConversionResult) -> None:
         "  grain.MapDataset.source(grain.sources.ArrayRecordDataSource("
         f"{result.pattern!r})){result.read_back}"
     )
+
+
+def _run_with_buckets(args: argparse.Namespace) -> int:
+    """`run` for a SRC or DEST in an object store (s3://, gs://, ...), through a
+    temporary directory on this machine (see the description)."""
+    if grain_sources.is_url(args.dest):
+        if args.resume:
+            raise UsageError(
+                f"--resume needs the shards of the earlier run, and {args.dest} is written "
+                "through a temporary directory: convert to a local DEST (resume there) and "
+                "upload the files"
+            )
+        if args.ray_address is not None:
+            raise UsageError(
+                f"Ray tasks on {args.ray_address} cannot write {args.dest}: shards for a bucket "
+                "are staged on this machine. Convert to a DEST on storage every node shares "
+                "and upload it, or drop --ray-address (a local cluster)"
+            )
+    with tempfile.TemporaryDirectory(prefix="grain-convert-") as tmp:
+        local = argparse.Namespace(**vars(args))
+        try:
+            if grain_sources.is_url(args.src):
+                store = grain_sources.ObjectStore(args.src.split("://", 1)[0])
+                names = store.glob(args.src) if set("*?[") & set(args.src) else [args.src]
+                if not names:
+                    raise UsageError(f"no object matches {args.src}")
+                os.makedirs(os.path.join(tmp, "src"))
+                for name in names:
+                    store.get_file(name, os.path.join(tmp, "src", name.rsplit("/", 1)[-1]))
+                one = os.path.join(tmp, "src", names[0].rsplit("/", 1)[-1])
+                local.src = one if len(names) == 1 else os.path.join(tmp, "src")
+            if grain_sources.is_url(args.dest):
+                local.dest = os.path.join(tmp, "out", args.dest.rsplit("/", 1)[-1])
+                local.overwrite = True
+            status = run(local)
+            if grain_sources.is_url(args.dest):
+                _upload(local.dest, args.dest, args.num_shards)
+        except (grain_sources.ObjectStoreError, PermissionError, FileNotFoundError) as error:
+            raise CommandError(str(error)) from None
+    return status
+
+
+def _upload(staged: str, dest: str, num_shards: int) -> None:
+    """Uploads the shards, their lengths and the manifest; reads the shards back."""
+    store = grain_sources.ObjectStore(dest.split("://", 1)[0])
+    folder, base = os.path.split(staged)
+    names = sorted(name for name in os.listdir(folder) if name.startswith(base))
+    for name in names:
+        store.put_file(os.path.join(folder, name), dest + name[len(base) :])
+    urls = [dest + f"-{i:05d}-of-{num_shards:05d}" for i in range(num_shards)]
+    with grain.sources.ArrayRecordDataSource(urls if num_shards > 1 else [dest]) as uploaded:
+        found = len(uploaded)
+    print(f"uploaded to {dest} and read {found:,} records back from the bucket")

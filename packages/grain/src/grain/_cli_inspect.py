@@ -21,6 +21,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 import grain
+import grain_sources
 from grain import _convert_manifest
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes
 
@@ -45,6 +46,9 @@ Where grain convert left a manifest beside the files (DEST.manifest.json, or
 PATH itself), every shard is read back and its record count and checksum
 compared with it (exit status 1 if they differ)."""
 
+# Every ArrayRecord file opens with Riegeli's file signature; its first 8 bytes
+# tell "another format" (a usage error) from "a damaged ArrayRecord file".
+_SIGNATURE = bytes.fromhex("83af70d10d884a3f")
 _SHARD_NAME = re.compile(r"-\d{5}-of-\d{5}$")
 _PREVIEW_CHARS = 160
 _COMPRESSIONS = ("zstd", "brotli", "snappy", "uncompressed")
@@ -67,7 +71,9 @@ def check_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -
 
 
 def _files(path: str) -> list[str]:
-    """The ArrayRecord files `path` names (a file, a glob, name@N, a directory or a manifest)."""
+    """The ArrayRecord files `path` names (file, glob, name@N, directory, URL or manifest)."""
+    if grain_sources.is_url(path):
+        return [path]  # listed and checked by the source, through the object store
     if path.endswith(_convert_manifest.MANIFEST_SUFFIX):
         try:
             return _convert_manifest.shard_paths(path, _convert_manifest.load(path))
@@ -98,7 +104,23 @@ def _open(path: str) -> grain.sources.ArrayRecordDataSource:
     except FileNotFoundError as error:
         raise UsageError(str(error)) from None
     except (ValueError, OSError) as error:
+        for file in _files(path):
+            _check_signature(file)
         raise CommandError(str(error)) from None
+
+
+def _check_signature(path: str) -> None:
+    """A usage error when `path` is a file of another format (not a damaged ArrayRecord)."""
+    if not os.path.isfile(path):
+        return
+    with open(path, "rb") as file:
+        head = file.read(len(_SIGNATURE))
+    if head == _SIGNATURE:
+        return
+    hint = ""
+    if path.endswith((".jsonl", ".json", ".parquet", ".npy")):
+        hint = f": write ArrayRecord files from it with `grain convert {path} DEST`"
+    raise UsageError(f"{path} is not an ArrayRecord file{hint}")
 
 
 def _writer_options(path: str) -> str:
@@ -210,7 +232,12 @@ def run(args: argparse.Namespace) -> int:
             sources.append(_open(path))
         rows = []
         for source in sources:
-            for path in source.paths:
+            for number, path in enumerate(source.paths):
+                if grain_sources.is_url(path):
+                    # Read through range reads: counts from the footer, no C++ reader.
+                    size = source.store.size(path)  # type: ignore[attr-defined]
+                    rows.append((path, source.num_records(number), size, "(object store)"))
+                    continue
                 reader_count = _count(path)
                 rows.append((path, reader_count, os.path.getsize(path), _writer_options(path)))
         _print_files(rows)
@@ -225,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_manifest(path: str) -> None:
     """Checks the files against the manifest `grain convert` wrote beside them, if any."""
-    manifest_path = _convert_manifest.find(path)
+    manifest_path = None if grain_sources.is_url(path) else _convert_manifest.find(path)
     if manifest_path is None:
         return
     try:

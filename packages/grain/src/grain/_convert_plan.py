@@ -9,8 +9,9 @@ shard. Each shard is a list of pieces (a file and a range of its records,
 with the seek point to start reading from) and a hash of everything its
 bytes depend on: its pieces, the identity (path, size, mtime) of the files
 they read, the row format, the transform, the lengths option and the writer
-options. A marker whose hash matches says the shard is done; the plan's hash
-(over all of it) is what the manifest records.
+options ("auto" resolved from the input's bytes per record). A marker whose
+hash matches says the shard is done; the plan's hash (over all of it) is what
+the manifest records.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from grain._convert_inputs import SEEK_STRIDE, InputFile, scan
+from grain._convert_options import resolve_writer_options
 
 PLAN_VERSION = 1
 
@@ -57,6 +59,10 @@ def make_plan(
     counts = np.array([entry.records for entry in inputs], dtype=np.int64)
     ends = np.cumsum(counts)
     total = int(ends[-1]) if len(ends) else 0
+    # "auto" is resolved here, from the sizes the scan found, so the plan (and
+    # every shard's hash) names the options the bytes depend on.
+    mean_record = sum(entry.size for entry in inputs) / max(total, 1)
+    writer_options = resolve_writer_options(writer_options, mean_record)
     bounds = np.arange(num_shards + 1, dtype=np.int64) * total // num_shards
     settings = {
         "format": kind,

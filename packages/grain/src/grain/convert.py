@@ -36,6 +36,7 @@ from grain._cli_common import ProgressBar
 from grain._convert_errors import ConversionError, InputError
 from grain._convert_inputs import detect
 from grain._convert_local import run_local
+from grain._convert_options import check_writer_options
 from grain._convert_plan import make_plan, shard_names, write_json
 from grain._convert_ray import run_ray
 from grain._convert_read import READ_BACK
@@ -60,6 +61,7 @@ class ConversionResult:
         earlier run (``resume=True``).
       plan_path, manifest_path: the plan and the manifest.
       input_format: "jsonl", "parquet", "hf", "tfrecord" or "npy".
+      writer_options: the ArrayRecordWriter options the shards were written with.
       num_files: how many input files were read.
       seconds: the wall time of the run, planning included.
       read_back: the ``.map`` that decodes a record.
@@ -74,6 +76,7 @@ class ConversionResult:
     plan_path: str
     manifest_path: str
     input_format: str
+    writer_options: str
     num_files: int
     seconds: float
     read_back: str
@@ -125,20 +128,27 @@ def convert(
       lengths: per-record lengths written beside each shard
         (``SHARD.lengths.npy``, int64): a field name (``len(record[field])``
         of the transformed record) or a function of the record.
-      writer_options: ArrayRecordWriter options; keep group_size:1 for random access.
+      writer_options: ArrayRecordWriter options; keep group_size:1 for random
+        access. "auto" is group_size:1, uncompressed when the input's records
+        average under 128 bytes (compressing one record at a time only adds
+        bytes there), else ArrayRecord's default zstd:3.
       max_retries: how often a shard whose worker died is tried again.
-      progress: a progress bar on stderr; None shows one when stderr is a terminal.
+      progress: progress on stderr (a bar on a terminal, else a line every 5 s);
+        None is True.
       on_plan: called with the plan (a dict) once it is written, before any shard.
 
     Raises:
       FileNotFoundError: SRC does not exist.
       FileExistsError: outputs exist and neither `resume` nor `overwrite` is set.
       InputError: SRC's format cannot be told or read (a ValueError).
+      ValueError: bad options (`writer_options` ArrayRecord refuses, ...),
+        found before anything is written.
       ConversionError: a record or a task failed; finished shards stay, no
         manifest is written.
     """
     start = time.perf_counter()
     _check_options(num_shards, executor, row_format, resume, overwrite)
+    check_writer_options(writer_options)
     src, dest = os.fspath(src), os.path.abspath(os.fspath(dest))
     kind, files = detect(src, input_format)
     finals = _prepare_outputs(dest, num_shards, resume, overwrite)
@@ -191,6 +201,7 @@ def convert(
         plan_path=plan_path,
         manifest_path=manifest_path,
         input_format=kind,
+        writer_options=plan["settings"]["writer_options"],
         num_files=len(plan["files"]),
         seconds=time.perf_counter() - start,
         read_back=_read_back(kind, row_format, transform),

@@ -1,12 +1,13 @@
 """grain.experimental: APIs that may still change.
 
-`ElasticIterator` (resuming on a different number of hosts) is not here yet:
-the name raises an AttributeError that says so, rather than being silently
-missing or half-working.
+`device_put` and `make_global_batch` come with `pip install "grain[jax]"`;
+without it they raise an ImportError that says so.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from grain._jax_extra import jax_name as _jax_name
 from grain_dataset import BestFitPackIterDataset as BestFitPackIterDataset
 from grain_dataset import BOSHandling as BOSHandling
 from grain_dataset import CachedMapDataset as CachedMapDataset
@@ -47,12 +48,18 @@ from grain_dataset import get_next_index as get_next_index
 from grain_dataset import set_next_index as set_next_index
 from grain_dataset import without_fingerprint as without_fingerprint
 from grain_index import index_shuffle as index_shuffle
-from grain_jax import device_put as device_put
-from grain_jax import make_global_batch as make_global_batch
+from grain_mp import ElasticIterator as ElasticIterator
 from grain_mp import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp import PerformanceConfig as PerformanceConfig
 from grain_mp import multithread_prefetch as multithread_prefetch
 from grain_mp import pick_performance_config as pick_performance_config
+
+if _TYPE_CHECKING:
+    from grain_jax import device_put as device_put
+    from grain_jax import make_global_batch as make_global_batch
+
+# Installed with `pip install "grain[jax]"`; looked up on first use (grain._jax_extra).
+_JAX_NAMES = frozenset({"device_put", "make_global_batch"})
 
 __all__ = [
     "BOSHandling",
@@ -61,6 +68,7 @@ __all__ = [
     "CachedMapDataset",
     "ConcatThenSplitIterDataset",
     "DatasetOptions",
+    "ElasticIterator",
     "ExecutionTrackingMode",
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
@@ -103,11 +111,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> _Any:
-    if name == "ElasticIterator":
-        raise AttributeError(
-            "grain.experimental.ElasticIterator is not available in this version: resuming "
-            "a checkpoint on a different number of hosts or workers is being built (elastic "
-            "resume). Until then restore with the same shard count, or use Grain's own "
-            "ElasticIterator."
-        )
+    if name in _JAX_NAMES:
+        value = _jax_name(name, __name__)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'grain.experimental' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,13 +1,15 @@
 """grain.python: the flat namespace of upstream Grain's `import grain.python as grain`.
 
 The Orbax names (`PyGrainCheckpointSave`, ... and the guide's `GrainCheckpointSave`,
-...) load orbax on first use, not at import. `grain.python.experimental` is
+...) and `ShardByJaxProcess` load grain-jax on first use, not at import; without
+`pip install "grain[jax]"` they raise an ImportError that says so. `grain.python.experimental` is
 `grain.experimental` under Grain's second name.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+from grain._jax_extra import jax_name as _jax_name
 from grain.python import experimental as experimental
 from grain_dataset import Batch as Batch
 from grain_dataset import DatasetIterator as DatasetIterator
@@ -37,7 +39,6 @@ from grain_index.constants import META_FEATURES as META_FEATURES
 from grain_index.constants import RECORD as RECORD
 from grain_index.constants import RECORD_KEY as RECORD_KEY
 from grain_index.constants import SEED as SEED
-from grain_jax import ShardByJaxProcess as ShardByJaxProcess
 from grain_mp import BatchOperation as BatchOperation
 from grain_mp import DataLoader as DataLoader
 from grain_mp import FilterOperation as FilterOperation
@@ -61,9 +62,12 @@ if _TYPE_CHECKING:
     from grain_jax import CheckpointRestore as PyGrainCheckpointRestore
     from grain_jax import CheckpointSave as GrainCheckpointSave
     from grain_jax import CheckpointSave as PyGrainCheckpointSave
+    from grain_jax import ShardByJaxProcess as ShardByJaxProcess
 
-# Upstream's grain.python names, then the DataLoader guide's: the same three objects.
-_ORBAX_NAMES = {
+# Upstream's grain.python names, then the DataLoader guide's: the same three objects;
+# and ShardByJaxProcess. All need `pip install "grain[jax]"`.
+_JAX_NAMES = {
+    "ShardByJaxProcess": "ShardByJaxProcess",
     "PyGrainCheckpointHandler": "CheckpointHandler",
     "PyGrainCheckpointRestore": "CheckpointRestore",
     "PyGrainCheckpointSave": "CheckpointSave",
@@ -74,12 +78,10 @@ _ORBAX_NAMES = {
 
 
 def __getattr__(name: str) -> _Any:
-    target = _ORBAX_NAMES.get(name)
+    target = _JAX_NAMES.get(name)
     if target is None:
         raise AttributeError(f"module 'grain.python' has no attribute {name!r}")
-    import grain_jax
-
-    return getattr(grain_jax, target)
+    return _jax_name(target, __name__)
 
 
 __all__ = [

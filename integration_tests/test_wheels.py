@@ -1,0 +1,227 @@
+"""Each layer installs from the wheels on its own, as a user installs it.
+
+`uv build --all-packages` builds the six wheels once per session. For each layer,
+a fresh virtual environment gets:
+
+1. the layer's third-party dependencies, exactly the versions of uv.lock
+   (`uv export --package LAYER --no-emit-workspace --format pylock.toml`),
+   installed by `uv pip install --offline`. A pylock file names each wheel by
+   its URL, and `uv sync` has already put those very files in uv's cache, so
+   this needs no network, not even an index page: a fresh CI machine that has
+   run `uv sync --locked --all-packages` passes this test offline;
+2. the layer itself with pip, `pip install --no-index --find-links WHEELS LAYER`
+   (pip run from the wheel that ships with Python's ensurepip, so the test
+   downloads nothing). `--no-index` makes a missing or wrong dependency an
+   install error rather than a silent download.
+
+Then a script in that environment, run outside the checkout, checks that exactly
+the layer and the grain packages below it are installed, from wheels (no
+editable install, no path into the checkout), and runs a pipeline of that layer.
+`grain` without its extra has no jax, runs the basic tutorial and names the
+extra where a JAX name is used; `grain[jax]` adds device_put.
+"""
+
+import email
+import ensurepip
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-jax", "grain"]
+
+# The grain distributions each installation must hold, exactly.
+CLOSURE = {
+    "grain-index": {"grain-index"},
+    "grain-sources": {"grain-sources"},
+    "grain-dataset": {"grain-index", "grain-sources", "grain-dataset"},
+    "grain-mp": {"grain-index", "grain-sources", "grain-dataset", "grain-mp"},
+    "grain-jax": {"grain-index", "grain-sources", "grain-dataset", "grain-jax"},
+    "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain"},
+    "grain[jax]": set(LAYERS),
+}
+
+# Shared by every check script: what is installed, and from where.
+_INSTALLED = """
+import importlib.metadata, json, pathlib, sys
+root, expected = pathlib.Path(sys.argv[1]), set(json.loads(sys.argv[2]))
+dists = list(importlib.metadata.distributions())
+names = {d.metadata["Name"].replace("_", "-") for d in dists}
+grain = {name for name in names if name.startswith("grain")}
+assert grain == expected, f"grain distributions: {sorted(grain)}, expected {sorted(expected)}"
+for dist in dists:
+    direct = dist.read_text("direct_url.json") or ""
+    assert "editable" not in direct and str(root) not in direct, (dist.metadata["Name"], direct)
+for pth in pathlib.Path(sys.prefix).rglob("*.pth"):
+    assert str(root) not in pth.read_text(), f"{pth} points into the checkout"
+for name in sorted(grain):
+    module = __import__(name.replace("-", "_"))
+    assert pathlib.Path(sys.prefix) in pathlib.Path(module.__file__).parents, module.__file__
+"""
+
+# A pipeline of each layer, run in its environment.
+_PIPELINES = {
+    "grain-index": """
+import numpy as np, grain_index
+order = grain_index.index_shuffle_array(np.arange(1000), 999, seed=7)
+assert sorted(order.tolist()) == list(range(1000)) and order.tolist() != list(range(1000))
+sampler = grain_index.IndexSampler(10, grain_index.NoSharding(), shuffle=True, num_epochs=2, seed=1)
+keys = [m.record_key for m in sampler]
+assert sorted(keys[:10]) == sorted(keys[10:]) == list(range(10)), keys
+loaded = sorted(m for m in sys.modules if m.startswith("grain") and not m.startswith("grain_index"))
+assert not loaded, loaded
+""",
+    "grain-sources": """
+import tempfile, grain_sources
+with tempfile.TemporaryDirectory() as tmp:
+    grain_sources.write_array_record([b"a", b"bb", b"ccc"], tmp + "/r.array_record")
+    source = grain_sources.ArrayRecordDataSource(tmp + "/r.array_record")
+    assert [source[i] for i in range(len(source))] == [b"a", b"bb", b"ccc"]
+""",
+    "grain-dataset": """
+import grain_dataset
+ds = grain_dataset.MapDataset.range(100).seed(3).shuffle().map(lambda x: x * 2).batch(10)
+it = iter(ds.to_iter_dataset(grain_dataset.ReadOptions(num_threads=2)))
+first = next(it)
+state = it.get_state()
+rest = [b.tolist() for b in it]
+again = iter(ds.to_iter_dataset())
+again.set_state(state)
+assert [b.tolist() for b in again] == rest
+assert sorted(first.tolist() + sum(rest, [])) == list(range(0, 200, 2))
+""",
+    "grain-mp": """
+import grain_dataset, grain_mp
+if __name__ == "__main__":
+    ds = grain_dataset.MapDataset.range(64).seed(5).shuffle().map(lambda x: x + 1)
+    options = grain_mp.MultiprocessingOptions(num_workers=2)
+    got = list(grain_mp.mp_prefetch(ds.to_iter_dataset(), options))
+    assert sorted(got) == list(range(1, 65)), got
+""",
+    "grain-jax": """
+import os
+import grain_dataset, grain_jax, jax, numpy as np
+ds = grain_dataset.MapDataset.range(40).map(lambda x: np.full((2,), x)).batch(4)
+out = list(grain_jax.device_put(ds.to_iter_dataset(), jax.devices("cpu")[0]))
+assert all(isinstance(b, jax.Array) for b in out)
+assert sorted(np.concatenate([np.asarray(b)[:, 0] for b in out]).tolist()) == list(range(40))
+""",
+    "grain": """
+import runpy, subprocess
+try:
+    import jax  # noqa: F401
+except ImportError:
+    pass
+else:
+    raise AssertionError("jax is installed with plain `grain`")
+import grain
+try:
+    grain.experimental.device_put
+except ImportError as error:
+    assert 'pip install "grain[jax]"' in str(error), error
+else:
+    raise AssertionError("grain.experimental.device_put resolved without jax")
+runpy.run_path(sys.argv[3], run_name="__main__")  # the basic tutorial
+version = subprocess.run(
+    [pathlib.Path(sys.executable).parent / "grain", "--version"],
+    capture_output=True, text=True, check=True,
+)
+assert "0.1.0" in version.stdout, version
+""",
+    "grain[jax]": """
+import grain, jax, numpy as np
+ds = grain.MapDataset.range(8).batch(4).to_iter_dataset()
+out = list(grain.experimental.device_put(ds, jax.devices("cpu")[0]))
+assert [np.asarray(b).tolist() for b in out] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+assert grain.checkpoint.CheckpointSave is not None
+""",
+}
+
+
+def _uv():
+    uv = os.environ.get("UV") or shutil.which("uv")
+    assert uv, "uv builds the wheels: run the tests with `uv run pytest`"
+    return uv
+
+
+def _clean_env():
+    # Nothing of the workspace's environment may leak into the fresh one.
+    dropped = {"VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "UV_PROJECT_ENVIRONMENT"}
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
+    return {**env, "UV_PYTHON_DOWNLOADS": "never", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+def _run(command, cwd, timeout=300):
+    done = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        f"failed (rc={done.returncode}): {' '.join(map(str, command))}\n"
+        f"stdout:\n{done.stdout[-4000:]}\nstderr:\n{done.stderr[-4000:]}"
+    )
+    return done
+
+
+@pytest.fixture(scope="session")
+def wheels(tmp_path_factory):
+    out = tmp_path_factory.mktemp("wheels")
+    _run([_uv(), "build", "--all-packages", "--wheel", "--offline", "--out-dir", out], ROOT)
+    return out
+
+
+def _bundled_pip():
+    bundled = sorted((Path(ensurepip.__file__).parent / "_bundled").glob("pip-*.whl"))
+    assert bundled, "this Python ships without ensurepip's pip wheel"
+    return bundled[-1] / "pip"  # a wheel of pip runs as a zip application
+
+
+def test_every_sibling_requirement_is_a_compatible_range(wheels):
+    found = sorted(wheels.glob("*.whl"))
+    assert [w.name.split("-")[0] for w in found] == sorted(n.replace("-", "_") for n in LAYERS)
+    for wheel in found:
+        with zipfile.ZipFile(wheel) as archive:
+            (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+            metadata = email.message_from_bytes(archive.read(name))
+        for requirement in metadata.get_all("Requires-Dist") or []:
+            if requirement.startswith("grain"):
+                assert ">=0.1,<0.2" in requirement.replace(" ", ""), (wheel.name, requirement)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("layer", [*LAYERS, "grain[jax]"])
+def test_layer_installs_from_wheels_and_runs_a_pipeline(layer, wheels, tmp_path):
+    project, _, extra = layer.partition("[")
+    venv = tmp_path / "venv"
+    python = venv / "bin" / "python"
+    _run([_uv(), "venv", "--python", sys.executable, venv], tmp_path)
+
+    pylock = tmp_path / "pylock.toml"
+    export = [_uv(), "export", "--frozen", "--no-dev", "--no-emit-workspace"]
+    export += ["--package", project, "--format", "pylock.toml", "-o", pylock, "-q"]
+    if extra:
+        export += ["--extra", extra.rstrip("]")]
+    _run(export, ROOT)
+    third_party = [_uv(), "pip", "install", "--python", python, "--offline", "-r", pylock]
+    _run(third_party, tmp_path)
+
+    pip = [python, _bundled_pip(), "install", "--no-index", "--find-links", wheels, layer]
+    _run(pip, tmp_path)
+
+    script = tmp_path / "check.py"
+    script.write_text(_INSTALLED + _PIPELINES[layer])
+    tutorial = ROOT / "docs" / "tutorials" / "dataset_basics.py"
+    expected = json.dumps(sorted(CLOSURE[layer]))
+    _run([python, script, ROOT, expected, tutorial], tmp_path)

@@ -1,0 +1,466 @@
+"""`ElasticIterator`: one shard's batches, resumable on another shard count or batch size.
+
+See ELASTIC.md beside this module for the guarantee, the state and the limits;
+the index math is `grain_mp._elastic_plan`.
+
+How a shard reads. Its positions (`Plan.shard_positions`) become a MapDataset
+made of public slices of the user's dataset: ``concatenate([ds.slice(owed),
+ds[first_fresh::M]])[taken:]``. Read in this process it is
+``to_iter_dataset(read_options)``, whose state counts positions, filtered ones
+too. With worker processes it is one unit per position through `mp_prefetch`,
+a filtered position being a `_Skipped` marker instead of nothing: every worker
+then yields exactly one unit per position of its slice, so mp_prefetch's round
+robin gives the positions in order whatever the number of workers, and
+`_Unmarked` drops the markers here, counting positions the same way. Then
+``batch(b, drop_remainder=True)``, the plain pipeline's own stage; after each
+batch, `taken` is read from the state of the stage under it.
+
+Packing (`packing`): the packer runs here, on the elements in position order,
+with `num_packing_bins` equal to the per-shard batch size, so that one step is
+one whole group of the packer (it flushes all its bins at once). At a step's
+end the packer holds only the element that did not fit, and its state says at
+which position that element is: that is `taken`. Nothing delivered is owed
+again and nothing read but undelivered is lost.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from grain_dataset import (
+    DatasetIterator,
+    IterDataset,
+    MapDataset,
+    ReadOptions,
+    UnverifiedStateWarning,
+)
+from grain_dataset.extension import MapStage, pipeline_fingerprint, remember_dataset
+from grain_index import ShardOptions
+from grain_mp._elastic_plan import Plan, decode_runs, replan
+from grain_mp._mp_prefetch import mp_prefetch
+from grain_mp._options import MultiprocessingOptions
+
+_FORMAT = "elastic_format"
+_VERSION = 1
+_FINGERPRINT = "grain_fingerprint"
+_KEYS = {_FORMAT, "shard_index", "shard_count", "frontier", "leftovers", "taken", "one_to_one"}
+
+
+class _Skipped:
+    """Stands for a filtered position in a worker's output (compared by type: it is pickled)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Skipped, ())
+
+
+class _Unmarked(IterDataset[Any]):
+    """The workers' units without the `_Skipped` markers; its state counts units (positions)."""
+
+    def __init__(self, parent: IterDataset[Any]):
+        super().__init__(parent)
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return _UnmarkedIterator(iter(self.parents[0]))
+
+
+class _UnmarkedIterator(DatasetIterator[Any]):
+    def __init__(self, parent: DatasetIterator[Any]):
+        super().__init__(parent)
+        self._count = 0
+
+    def __next__(self) -> Any:
+        while True:
+            value = next(self.parents[0])
+            self._count += 1
+            if not isinstance(value, _Skipped):
+                return value
+
+    def get_state(self) -> dict[str, Any]:
+        return {"next_index": self._count}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(
+            "ElasticIterator rebuilds its pipeline at a position instead of restoring it."
+        )
+
+
+class _Marked(MapStage):
+    """Its parent's elements, with `_Skipped()` where the parent has None (a filtered one)."""
+
+    def __init__(self, parent: MapDataset[Any]):
+        super().__init__(parent)
+        self._parent = parent
+
+    def __len__(self) -> int:
+        return len(self._parent)
+
+    def _getitem(self, index: int) -> Any:
+        value = self._parent[index]
+        return _Skipped() if value is None else value
+
+    def _getitems(self, indices: np.ndarray) -> list[Any]:
+        values = self._parent._getitems(indices)
+        return [_Skipped() if value is None else value for value in values]
+
+
+def _drops_elements(ds: MapDataset[Any]) -> bool:
+    """Whether a stage of `ds` can leave a position empty (a filter): one-to-one otherwise."""
+    pending, seen = [ds], set()
+    while pending:
+        stage = pending.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        if "Filter" in type(stage).__name__:
+            return True
+        pending.extend(stage.parents)
+    return False
+
+
+class ElasticIterator(DatasetIterator[Any]):
+    """Iterates one shard's batches of `ds`; its state restores on another shard count.
+
+    The input is an unbatched, unsharded MapDataset; the iterator shards and
+    batches it itself. Each shard yields ``global_batch_size // shard_count``
+    elements per step (drop remainder: the last, partial batch of the dataset
+    is dropped). Positions are dealt round robin to the shards, so the shards
+    together read `ds` in order, without overlap.
+
+    Restoring, the guarantee (see docs/elastic.md):
+
+    * For one-to-one pipelines (no `filter`), every shard has the same state
+      after the same number of steps, and any one shard's state restores all
+      shards of a run with another `shard_count` or `global_batch_size`.
+    * For pipelines that drop elements (`filter`, also inside `MapDataset.mix`
+      components), `set_state` also takes the list of all old shards' states
+      (the Orbax handler passes them when the process count changed): the new
+      shards deliver every element the old run had not delivered, exactly once
+      between them, and nothing it had.
+    * The output of a shard does not depend on `multiprocessing_options`'
+      number of workers, and a state taken with W workers restores with V.
+    * Beyond Grain, `packing` packs each shard's elements (filtered or not)
+      with the same guarantee: a callable given the shard's IterDataset of
+      elements and ``num_packing_bins=global_batch_size // shard_count``,
+      returning a packing stage over it, e.g. ``functools.partial(
+      grain.experimental.FirstFitPackIterDataset, length_struct={"tokens":
+      128})``. Each step is then one group of packed rows.
+
+    The state is a small JSON dict: a few integers plus about three per shard
+    of the run before the last resize, and the pipeline's fingerprint, so that a
+    checkpoint of another pipeline is refused.
+
+    Example::
+
+        it = ElasticIterator(ds, 32, grain.sharding.ShardOptions(0, 4))
+        batch = next(it)  # 8 elements
+        states = [...]    # the states of all 4 shards at the same step
+        it2 = ElasticIterator(ds, 32, grain.sharding.ShardOptions(0, 2))
+        it2.set_state(states)  # continues where the 4 shards stopped
+    """
+
+    # The Orbax handler and `load` pass the states of all old processes when this
+    # process's own file is missing (another process count): see grain_dataset.extension.
+    _restores_from_all_shards = True
+
+    def __init__(
+        self,
+        ds: MapDataset[Any],
+        global_batch_size: int,
+        shard_options: ShardOptions,
+        *,
+        read_options: ReadOptions = ReadOptions(),  # noqa: B008 - immutable, Grain's default
+        multiprocessing_options: MultiprocessingOptions | None = None,
+        packing: Callable[..., IterDataset[Any]] | None = None,
+    ):
+        super().__init__()
+        _check_arguments(
+            ds, global_batch_size, shard_options, read_options, multiprocessing_options
+        )
+        self._ds = ds
+        self._global_batch_size = global_batch_size
+        self._shard_index = shard_options.shard_index
+        self._shard_count = shard_options.shard_count
+        self._batch_size = global_batch_size // shard_options.shard_count
+        self._read_options = read_options
+        self._mp_options = multiprocessing_options
+        if packing is not None and not callable(packing):
+            raise TypeError(f"`packing` must be callable or None, got {packing!r}.")
+        self._packing = packing
+        self._one_to_one = packing is None and not _drops_elements(ds)
+        self._plan = Plan(frontier=0, leftovers=np.zeros(0, dtype=np.int64))
+        self._taken = 0  # entries of this shard's sequence behind the last delivered batch
+        self._inner: DatasetIterator[Any] | None = None
+        self._base = 0  # `_taken` when `_inner` was built
+        self._view_length = 0  # positions left to this shard when `_inner` was built
+        # The stage under the batch: its state says how many positions the batches took.
+        self._counter: DatasetIterator[Any] | None = None
+        remember_dataset(self, ds)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def _view(self) -> MapDataset[Any]:
+        owed, first_fresh = self._plan.shard_positions(self._shard_index, self._shard_count)
+        fresh = self._ds[first_fresh :: self._shard_count]
+        parts = [self._ds.slice(owed), fresh] if len(owed) else [fresh]
+        whole = MapDataset.concatenate(parts) if len(parts) > 1 else fresh
+        return whole[self._taken :]
+
+    def _build(self) -> DatasetIterator[Any]:
+        view = self._view()
+        self._view_length = len(view)
+        self._base = self._taken
+        workers = self._mp_options.num_workers if self._mp_options is not None else 0
+        if workers == 0:
+            elements: IterDataset[Any] = view.to_iter_dataset(self._read_options)
+        else:
+            units = _Marked(view).to_iter_dataset(self._read_options)
+            elements = _Unmarked(mp_prefetch(units, self._mp_options))
+        if self._packing is not None:
+            elements = self._packed(elements)
+        batches: DatasetIterator[Any] = iter(elements.batch(self._batch_size, drop_remainder=True))
+        self._counter = batches.parents[0]
+        return batches
+
+    def _packed(self, elements: IterDataset[Any]) -> IterDataset[Any]:
+        assert self._packing is not None
+        packed = self._packing(elements, num_packing_bins=self._batch_size)
+        if not isinstance(packed, IterDataset) or list(packed.parents) != [elements]:
+            raise TypeError(
+                "`packing` must return a packing IterDataset over the dataset it is given "
+                "(e.g. functools.partial(grain.experimental.FirstFitPackIterDataset, "
+                f"length_struct=...)), got {packed!r}."
+            )
+        return packed
+
+    def _position(self) -> int:
+        """Entries of this shard's sequence behind the last batch delivered, from `_counter`."""
+        assert self._counter is not None
+        state = self._counter.get_state()
+        if self._packing is None:
+            return self._base + state["next_index"]
+        # A step is one whole group of the packer (num_packing_bins rows): at its end the
+        # packer holds only the element that did not fit, and its state says where that was.
+        if not (isinstance(state, dict) and {"parent", "emitted"} <= set(state)):
+            raise TypeError(
+                "`packing` must return a grain.experimental.FirstFitPackIterDataset or "
+                "BestFitPackIterDataset, whose state says where a group starts; got state "
+                f"{state!r}."
+            )
+        if state["emitted"] == self._batch_size:
+            # The last group, flushed by the end of the elements: all were delivered, and
+            # the stage under the packer has read every position.
+            read = self._counter.parents[0].get_state()["next_index"]
+            if read == self._view_length:
+                return self._base + read
+        if state["emitted"]:
+            raise ValueError(
+                "the packing stage emitted a group of another size than the batch: `packing` "
+                "must use the num_packing_bins it is given (the per-shard batch size), so that "
+                "a step is one whole group."
+            )
+        return self._base + state["parent"]["next_index"]
+
+    def __next__(self) -> Any:
+        if self._inner is None:
+            self._inner = self._build()
+        batch = next(self._inner)  # StopIteration: the last, partial batch is dropped
+        taken = self._position()
+        if self._packing is None and taken - self._taken > self._batch_size:
+            self._one_to_one = False  # a stage of the user's own dropped an element
+        self._taken = taken
+        return batch
+
+    # -- state --------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            _FORMAT: _VERSION,
+            "shard_index": self._shard_index,
+            "shard_count": self._shard_count,
+            "frontier": self._plan.frontier,
+            "leftovers": self._plan.runs(),
+            "taken": self._taken,
+            "one_to_one": self._one_to_one,
+        }
+
+    def set_state(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
+        """Restores a state of this shard, of any one shard (one-to-one), or of all old shards.
+
+        Args:
+          state: what `get_state` returned, on any shard of a run with any shard
+            count and global batch size; for pipelines that drop elements with
+            another shard count, the list of all old shards' states (in any
+            order).
+        """
+        if isinstance(state, dict):
+            states = [_checked(state)]
+        elif isinstance(state, list | tuple) and state:
+            states = [_checked(self._verified(one)) for one in state]
+        else:
+            raise TypeError(
+                "ElasticIterator.set_state takes a state from get_state() (a dict) or the list "
+                f"of all old shards' states, got {type(state).__name__}"
+                + (" (empty)" if isinstance(state, list | tuple) else "")
+                + "."
+            )
+        plan, taken = self._restored(states)
+        self._close_inner()
+        self._plan, self._taken = plan, taken
+
+    def _verified(self, state: Any) -> Any:
+        """`state` without its fingerprint, which must be this pipeline's (lists skip the guard)."""
+        if not isinstance(state, dict):
+            raise TypeError(f"each old shard's state must be a dict, got {type(state).__name__}.")
+        if _FINGERPRINT not in state:
+            warnings.warn(
+                "restored a state without a pipeline fingerprint into ElasticIterator: nothing "
+                "checked that it comes from this pipeline. Save a new checkpoint to get one.",
+                UnverifiedStateWarning,
+                stacklevel=4,
+            )
+            return state
+        saved = state[_FINGERPRINT]
+        current = pipeline_fingerprint(self._ds)
+        if saved != current:
+            raise ValueError(
+                "this state was saved from a different pipeline: its fingerprint is "
+                f"{saved!r}, this pipeline's is {current!r}. Its positions would denote other "
+                "elements here; restore it into the pipeline it was saved from."
+            )
+        return {key: value for key, value in state.items() if key != _FINGERPRINT}
+
+    def _restored(self, states: list[dict[str, Any]]) -> tuple[Plan, int]:
+        first = states[0]
+        old_count = first["shard_count"]
+        plan = Plan(frontier=first["frontier"], leftovers=decode_runs(first["leftovers"]))
+        for state in states[1:]:
+            if (state["shard_count"], state["frontier"], state["leftovers"]) != (
+                old_count,
+                first["frontier"],
+                first["leftovers"],
+            ):
+                raise ValueError(
+                    "the states given to ElasticIterator.set_state come from different runs "
+                    "(shard counts or positions differ): pass the states that all shards of one "
+                    "run returned at the same checkpoint."
+                )
+        by_index = {state["shard_index"]: state for state in states}
+        if len(states) > 1 and (len(by_index) != len(states) or len(states) != old_count):
+            raise ValueError(
+                f"the states given to ElasticIterator.set_state are shards "
+                f"{sorted(state['shard_index'] for state in states)} of a run of {old_count} "
+                f"shards: pass each of its {old_count} shards' states once."
+            )
+        own = by_index.get(self._shard_index)
+        if old_count == self._shard_count and own is not None:
+            return plan, own["taken"]  # the same shard goes on, exactly as it would have
+        if len(states) == old_count:
+            taken = [by_index[index]["taken"] for index in range(old_count)]
+        elif first["one_to_one"] and self._one_to_one:
+            # One-to-one: every shard took the same number of entries as this one.
+            taken = [first["taken"]] * old_count
+        else:
+            raise ValueError(
+                f"this state is one shard's of a run of {old_count} shards whose pipeline drops "
+                "elements (a filter): its shards read different numbers of positions, so one "
+                f"shard's state cannot tell where the others stopped. Restoring on "
+                f"{self._shard_count} shards needs the states of all {old_count} old shards: "
+                "pass their list to set_state (the Orbax handler does so when the process "
+                "count changed)."
+            )
+        return replan(plan, taken), 0
+
+    # -- life cycle ---------------------------------------------------------------------
+
+    def _close_inner(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+        self._inner = None
+        self._counter = None
+
+    def close(self) -> None:
+        self._close_inner()
+
+    def __repr__(self) -> str:
+        return (
+            f"ElasticIterator(shard {self._shard_index} of {self._shard_count}, "
+            f"batch {self._batch_size} of {self._global_batch_size}, taken={self._taken})"
+        )
+
+
+def _checked(state: Any) -> dict[str, Any]:
+    """`state` if it has an ElasticIterator state's shape, else a ValueError saying what is off."""
+    if not isinstance(state, dict):
+        raise TypeError(f"an ElasticIterator state is a dict, got {type(state).__name__}.")
+    keys = set(state) - {_FINGERPRINT}
+    if keys != _KEYS or state.get(_FORMAT) != _VERSION:
+        raise ValueError(
+            f"not an ElasticIterator state (format {_VERSION}): its keys are {sorted(keys)}, "
+            f"expected {sorted(_KEYS)}. Restore a state that ElasticIterator.get_state() "
+            "returned."
+        )
+    for key in ("shard_index", "shard_count", "frontier", "taken"):
+        value = state[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"state[{key!r}] must be an int >= 0, got {value!r}.")
+    if not state["shard_index"] < state["shard_count"]:
+        raise ValueError(
+            f"state['shard_index'] {state['shard_index']} is not below state['shard_count'] "
+            f"{state['shard_count']}: the state is corrupt."
+        )
+    runs = state["leftovers"]
+    if not isinstance(runs, list) or any(
+        not isinstance(run, list)
+        or len(run) != 3
+        or any(isinstance(v, bool) or not isinstance(v, int) for v in run)
+        or run[2] < 1
+        for run in runs
+    ):
+        raise ValueError(
+            "state['leftovers'] must be a list of [start, step, count] runs of ints with "
+            f"count >= 1, got {runs!r}: the state is corrupt."
+        )
+    return state
+
+
+def _check_arguments(
+    ds: Any,
+    global_batch_size: Any,
+    shard_options: Any,
+    read_options: Any,
+    mp_options: Any,
+) -> None:
+    if not isinstance(ds, MapDataset):
+        raise TypeError(
+            "ElasticIterator takes an unbatched, unsharded grain.MapDataset (it shards and "
+            f"batches it itself), got {type(ds).__name__}. Pass the MapDataset before "
+            "to_iter_dataset(), without batch or sharding."
+        )
+    if (
+        isinstance(global_batch_size, bool)
+        or not isinstance(global_batch_size, int)
+        or global_batch_size < 1
+    ):
+        raise ValueError(f"`global_batch_size` must be an int >= 1, got {global_batch_size!r}.")
+    if not isinstance(shard_options, ShardOptions):
+        raise TypeError(
+            "`shard_options` must be a grain.sharding.ShardOptions (e.g. ShardByJaxProcess()), "
+            f"got {type(shard_options).__name__}."
+        )
+    if global_batch_size % shard_options.shard_count:
+        raise ValueError(
+            f"`global_batch_size` {global_batch_size} is not divisible by the shard count "
+            f"{shard_options.shard_count}: each shard yields global_batch_size // shard_count "
+            "elements per step. Choose a global batch size that is a multiple of the shard count."
+        )
+    if not isinstance(read_options, ReadOptions):
+        raise TypeError(f"`read_options` must be a grain.ReadOptions, got {read_options!r}.")
+    if mp_options is not None and not isinstance(mp_options, MultiprocessingOptions):
+        raise TypeError(
+            "`multiprocessing_options` must be a grain.MultiprocessingOptions or None, got "
+            f"{mp_options!r}."
+        )
