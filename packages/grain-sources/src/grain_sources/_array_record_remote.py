@@ -151,6 +151,19 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         indices = record_indices(indices, self._length, self)
         if not indices.size:
             return []
+        files, chunks, within = self._locate(indices)
+        # One key per (file, chunk): files < 2**20 keeps it exact in int64.
+        keys = files * (1 << 43) + chunks
+        unique, inverse = np.unique(keys, return_inverse=True)
+        decoded = self._chunks((unique >> 43).tolist(), (unique & ((1 << 43) - 1)).tolist())
+        out = []
+        for which, record in zip(inverse.tolist(), within.tolist(), strict=True):
+            values, bounds = decoded[which]
+            out.append(values[bounds[record] : bounds[record + 1]])
+        return out
+
+    def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per index (checked, >= 0): its file, its chunk there, its record in that chunk."""
         files = np.searchsorted(self._ends, indices, side="right")
         local = indices - self._starts[files]
         chunks = np.empty_like(indices)
@@ -161,15 +174,7 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
             found = np.searchsorted(ends, local[where], side="right")
             chunks[where] = found
             within[where] = local[where] - np.where(found > 0, ends[found - 1], 0)
-        # One key per (file, chunk): files < 2**20 keeps it exact in int64.
-        keys = files * (1 << 43) + chunks
-        unique, inverse = np.unique(keys, return_inverse=True)
-        decoded = self._chunks((unique >> 43).tolist(), (unique & ((1 << 43) - 1)).tolist())
-        out = []
-        for which, record in zip(inverse.tolist(), within.tolist(), strict=True):
-            values, bounds = decoded[which]
-            out.append(values[bounds[record] : bounds[record + 1]])
-        return out
+        return files, chunks, within
 
     def _chunks(self, files: list[int], chunks: list[int]) -> list[tuple[bytes, list[int]]]:
         found: list[tuple[bytes, list[int]] | None] = [
@@ -217,14 +222,11 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
         indices = record_indices(indices, self._length, self)
         if not indices.size:
             return
-        files = np.searchsorted(self._ends, indices, side="right")
-        local = indices - self._starts[files]
+        files, chunks, _ = self._locate(indices)
         cost = np.empty(indices.size, np.int64)
         for file in np.unique(files).tolist():
             where = files == file
-            index = self._indexes[file]
-            chunk = np.searchsorted(index.record_ends, local[where], side="right")
-            cost[where] = np.diff(index.offsets)[chunk]
+            cost[where] = np.diff(self._indexes[file].offsets)[chunks[where]]
         window = max(1, budget_bytes // 2)
         cuts = np.flatnonzero(np.diff(np.cumsum(cost) // window)) + 1
         windows = np.split(indices, cuts)
