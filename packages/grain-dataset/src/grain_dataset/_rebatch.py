@@ -173,7 +173,7 @@ class _RebatchIterator(StageIterator):
     def __next__(self) -> Any:
         dataset = self._dataset
         need = dataset._batch_size
-        saved = self.get_state()
+        saved = self._position(copy=False)  # only this iterator reads it: no copy per batch
         pieces: list[list[np.ndarray]] = []
         first: _ParentBatch | None = None
         try:
@@ -214,13 +214,17 @@ class _RebatchIterator(StageIterator):
         replaced = iter(leaves)
         return map_with_path(lambda path, leaf: next(replaced), first.template)
 
-    def get_state(self) -> dict[str, Any]:
+    def _position(self, copy: bool) -> dict[str, Any]:
         current = self._current
         # Inside a parent batch, or restored into one and not yet replayed.
         inside = self._offset < current.rows if current is not None else self._offset > 0
         if inside:
-            return {"parent": self._anchor.saved(), "offset": self._offset}
+            anchor = self._anchor.saved() if copy else self._anchor.state
+            return {"parent": anchor, "offset": self._offset}
         return {"parent": self._parent.get_state(), "offset": 0}
+
+    def get_state(self) -> dict[str, Any]:
+        return self._position(copy=True)
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, repr(self._dataset), ("offset", "parent"))
