@@ -205,7 +205,8 @@ class _ConcatThenSplitIterator(StageIterator):
         # The element part-way consumed, what it already gave, and the parent's state before it.
         self._partial: list[np.ndarray] | None = None
         self._offsets = self._zeros
-        self._anchor = Anchor(parent)  # read only while an element is part-way consumed
+        # Set before each element is consumed, and read only while one is part-way.
+        self._anchor = Anchor(parent, now=False)
         # split_full_length_features=False: elements read from the parent since the start
         # or the last restore, the full-length ones waiting, and whether anything was output.
         self._read = 0

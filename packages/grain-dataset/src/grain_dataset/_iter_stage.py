@@ -88,13 +88,15 @@ class Anchor:
     """The parent's state where a stage last held nothing (see the module docstring).
 
     `state` is a private copy: a parent may hand out a state it keeps changing.
+    With ``now=False`` it starts unset (None), for a stage that sets it before
+    it first reads it: creating the iterator then asks the parent for nothing.
     """
 
     __slots__ = ("_parent", "state")
 
-    def __init__(self, parent: DatasetIterator[Any]):
+    def __init__(self, parent: DatasetIterator[Any], *, now: bool = True):
         self._parent = parent
-        self.state: Any = parent.get_state()
+        self.state: Any = parent.get_state() if now else None
 
     def move(self) -> None:
         """The stage holds nothing now: it would resume right here."""

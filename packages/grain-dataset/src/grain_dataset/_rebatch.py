@@ -132,7 +132,7 @@ class _RebatchIterator(StageIterator):
     def __init__(self, dataset: RebatchIterDataset, parent: DatasetIterator[Any]):
         super().__init__(dataset, parent)
         self._current: _ParentBatch | None = None
-        self._anchor = Anchor(parent)  # the parent's state before `_current`
+        self._anchor = Anchor(parent, now=False)  # the parent's state before `_current`
         self._offset = 0
 
     def _fetch(self) -> bool:
