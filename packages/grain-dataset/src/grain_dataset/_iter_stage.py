@@ -55,8 +55,10 @@ class StageIterator(DatasetIterator[Any]):
     """Iterator of an `IterStage`: `_dataset` is its stage, `_parent` its parent's iterator.
 
     With several parents, `_parent` is the list of their iterators. The state
-    is the parent's unless the stage overrides `get_state`/`set_state`, as are
-    the next-index hooks.
+    is the parent's unless the stage overrides `get_state`/`set_state`. The
+    next-index hooks are not inherited: a stage that keeps its parent's
+    positions (a map) sets ``_get_next_index = parent_next_index`` and its
+    setter itself, so that a filter or batch never passes them on by mistake.
     """
 
     def __init__(self, dataset: IterStage, parent: Any):
