@@ -1,10 +1,10 @@
-"""Leak and memory soaks: a million elements, and 200 abandoned iterators.
+"""Leak and memory soaks: half a million elements, and 200 abandoned iterators.
 
-1. 10**6 cheap elements through a threaded pipeline (`to_iter_dataset` with
+1. 500,000 cheap elements through a threaded pipeline (`to_iter_dataset` with
    reader threads, then a `ThreadPrefetchIterDataset`) and through an
    `mp_prefetch` pipeline (2 workers). The resident memory (VmRSS from
    /proc, of this process and, for mp, of the workers together) is sampled
-   every 50,000 elements; after a warm-up of 200,000 elements its least-squares
+   every 25,000 elements; after a warm-up of 150,000 elements its least-squares
    slope must be flat. Open file descriptors and threads must not grow.
 2. 200 iterators created, partly read and dropped without `close()`: with
    reader threads, with worker processes (elements holding shared-memory
@@ -34,11 +34,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-ELEMENTS = 10**6
-SAMPLE_EVERY = 50_000
-WARM_UP = 200_000
+ELEMENTS = 500_000
+SAMPLE_EVERY = 25_000
+WARM_UP = 150_000
 # KB of resident memory per 100,000 elements. A leak of one small object per element
-# (>= 28 bytes) is >= 2,700 KB per 100k; allocator noise over 800k elements is far below.
+# (>= 28 bytes) is >= 2,700 KB per 100k; allocator noise over 350k elements is far below.
 MAX_SLOPE_KB = 400
 ABANDONED = 200
 
@@ -148,13 +148,13 @@ def _check_rss(figures: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_a_million_elements_through_threads_keep_memory_flat():
+def test_half_a_million_elements_through_threads_keep_memory_flat():
     _check_rss(soak_rss("threads"))
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_a_million_elements_through_worker_processes_keep_memory_flat():
+def test_half_a_million_elements_through_worker_processes_keep_memory_flat():
     _check_rss(soak_rss("mp"))
 
 

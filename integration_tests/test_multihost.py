@@ -1,4 +1,4 @@
-"""Multi-host input on a localhost JAX cluster of 2 and 4 processes (2 CPU devices each).
+"""Multi-host input on a localhost JAX cluster of 4 processes (2 CPU devices each).
 
 Each process (`_multihost_worker.py`) reads its shard through a shuffled,
 sliced, batched `mp_prefetch` Dataset and through a DataLoader sharded with
@@ -118,7 +118,9 @@ def elements(batches: list[list[int]]) -> list[int]:
     return [x for batch in batches for x in batch]
 
 
-@pytest.mark.parametrize("count", [2, 4])
+# One cluster size: each start of a cluster costs every process its jax and Orbax imports,
+# and 2 processes add nothing that 4 (and the mismatched cluster of 2 below) do not check.
+@pytest.mark.parametrize("count", [4])
 def test_shards_checkpoint_crash_and_restore(tmp_path, count):
     write_array_record([b"%d" % i for i in range(NUM_RECORDS)], tmp_path / "data.array_record")
     per_host_batches = NUM_RECORDS // count // BATCH

@@ -1,4 +1,4 @@
-"""The preemption soak (`soak/driver.py`): 20 SIGKILLs of a training loop, nothing lost.
+"""The preemption soak (`soak/driver.py`): SIGKILLs of a training loop, nothing lost.
 
 The driver kills `soak/train_loop.py` (mp_prefetch with 2 workers over
 ArrayRecord files, which grain starts from the fork server; Orbax checkpoints
@@ -20,12 +20,14 @@ import sys
 import pytest
 
 DRIVER = pathlib.Path(__file__).parent / "soak" / "driver.py"
-KILLS = 20
+# Six kills cover each kind of moment twice (the driver takes each kind in turn first);
+# the long soak runs by hand (below).
+KILLS = 6
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(420)
-def test_twenty_kills_lose_and_duplicate_nothing_and_leave_nothing(tmp_path):
+def test_kills_lose_and_duplicate_nothing_and_leave_nothing(tmp_path):
     command = [sys.executable, str(DRIVER), "--kills", str(KILLS), "--workdir", str(tmp_path)]
     driver = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True

@@ -157,8 +157,10 @@ def test_a_prefetch_thread_stage_reports_waiting_and_its_parents_keep_their_time
     assert prefetch.waits_on_background
     assert not slow_map.waits_on_background
     # The map's 0.8 s are its own, measured in the producer thread; the batch around
-    # it adds almost nothing; the prefetch stage's time is the consumer waiting.
+    # it adds little (a share that grows with the machine's load: 0.23 was seen with the
+    # suite on two processes beside other work); the prefetch stage's time is the
+    # consumer waiting. Charged the map's time, the batch would show more than the map.
     assert slow_map.self_ns > 0.7e9
-    assert batch.self_ns < 0.2 * slow_map.self_ns
+    assert batch.self_ns < 0.5 * slow_map.self_ns
     assert stats.bottleneck is slow_map
     assert "waits" not in str(stats).splitlines()[-1]

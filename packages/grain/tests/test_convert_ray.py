@@ -1,9 +1,11 @@
 """grain.convert on a real local Ray cluster: exact shards, identical to the local
 executor's, a killed Ray worker, and a cluster started with `ray start --head`.
 
-One cluster (``ray.init(num_cpus=2)``) serves the module: starting Ray costs
-seconds. The `ray start` test runs its driver as a separate process, as a user
-would, since this process is already connected to the module's cluster.
+One cluster, started with ``ray start --head --num-cpus=2``, serves the module:
+starting Ray costs seconds. This process connects to it by address; the `ray
+start` test runs its driver as a separate process, as a user would. The
+interrupted run's driver starts its own local cluster, which is the executor's
+``ray.init(num_cpus=...)`` path.
 """
 
 import json
@@ -48,9 +50,50 @@ def ray_environment():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="module")
-def ray_cluster():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+def head_address(ray_environment):
+    """`ray start --head` on 127.0.0.1 and a free port; stopped after the module."""
+    port = _free_port()
+    ray_command = os.path.join(os.path.dirname(sys.executable), "ray")
+    head = subprocess.Popen(
+        [
+            ray_command, "start", "--head", f"--port={port}", "--num-cpus=2",
+            "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+            "--disable-usage-stats", "--block",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        said = []
+        for line in head.stdout:  # ready when it says it blocks
+            said.append(line)
+            if "block forever" in line:
+                break
+        else:
+            pytest.fail("`ray start --head` ended before it was ready:\n" + "".join(said)[-3000:])
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        head.stdout.close()
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(head_address):
+    ray.init(address=head_address, log_to_driver=False)
     try:
         yield
     finally:
@@ -185,48 +228,16 @@ def test_a_killed_ray_worker_is_retried_and_the_result_is_exact(ray_cluster, cor
     assert not [name for name in os.listdir(tmp_path / "out") if ".tmp-" in name]
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_cluster_started_with_ray_start_at_its_address(corpus, tmp_path):
+def test_a_cluster_started_with_ray_start_at_its_address(head_address, corpus, tmp_path):
     root, rows = corpus
-    port = _free_port()
-    ray_command = os.path.join(os.path.dirname(sys.executable), "ray")
-    head = subprocess.Popen(
-        [
-            ray_command, "start", "--head", f"--port={port}", "--num-cpus=2",
-            "--include-dashboard=false", "--disable-usage-stats", "--block",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        for line in head.stdout:  # ready when it says it blocks
-            if "block forever" in line:
-                break
-        convert_command = [
-            sys.executable, "-m", "grain._cli", "convert", str(root / "jsonl"),
-            str(tmp_path / "out/train"), "--num-shards", "16", "--executor", "ray",
-            "--ray-address", f"127.0.0.1:{port}",
-        ]  # fmt: skip
-        done = subprocess.run(
-            convert_command, capture_output=True, text=True, timeout=240, check=False
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert f"to {tmp_path / 'out/train'}@16 (ray at 127.0.0.1:{port})" in done.stdout
-    finally:
-        head.send_signal(signal.SIGTERM)  # `ray start --block` stops what it started
-        try:
-            head.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        head.stdout.close()
+    convert_command = [
+        sys.executable, "-m", "grain._cli", "convert", str(root / "jsonl"),
+        str(tmp_path / "out/train"), "--num-shards", "16", "--executor", "ray",
+        "--ray-address", head_address,
+    ]  # fmt: skip
+    done = subprocess.run(convert_command, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"to {tmp_path / 'out/train'}@16 (ray at {head_address})" in done.stdout
     assert _through_a_pipeline(f"{tmp_path / 'out/train'}@16", json.loads) == rows
