@@ -1,15 +1,19 @@
-"""HighwayHash-64: the scalar hash against answers known before it was rewritten, and
-the vectorized hash of many inputs against the scalar one."""
+"""HighwayHash-64: the scalar hash against answers known before it was rewritten, the
+vectorized hash of many inputs against the scalar one, and threads hashing together."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import struct
+import threading
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from grain_sources._hash_combiner import HashCombiner
 from grain_sources._highwayhash import hash64, remainder_packet
 from grain_sources._highwayhash_many import hash64_many
 
@@ -59,3 +63,21 @@ def test_the_remainder_packet_keeps_the_tail_in_32_bytes(tail):
     assert len(packet) == 32
     words = len(tail) & ~3
     assert packet[:words] == tail[:words]
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=10, deadline=None)
+@given(st.lists(st.lists(_INPUT, min_size=1, max_size=6), min_size=2, max_size=24))
+def test_threads_hashing_at_once_each_get_their_own_hashes(calls):
+    combiner = HashCombiner()
+    start = threading.Barrier(len(calls))
+
+    def run(inputs):
+        start.wait(10)
+        return combiner.hash(inputs)
+
+    with concurrent.futures.ThreadPoolExecutor(len(calls)) as pool:
+        results = list(pool.map(run, calls))
+    assert results == [[hash64(data) for data in inputs] for inputs in calls]
+    assert not combiner._busy
+    assert not combiner._pending

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from grain_sources._checks import UnreadableFileError
+from grain_sources._hash_combiner import COMBINER
 from grain_sources._highwayhash import hash64
-from grain_sources._highwayhash_many import hash64_many
 
 BLOCK_SIZE = 1 << 16
 BLOCK_HEADER_SIZE = 24
@@ -112,7 +112,8 @@ def verify_chunks(raws: list[bytes | memoryview], name: list[str], position: lis
     """Checks the header and data hashes of many chunks at once (`hash64_many`).
 
     `raws` are chunks without block headers, as `parse_chunk` takes them; the
-    first one that fails raises the error `parse_chunk` would.
+    first one that fails raises the error `parse_chunk` would. Chunks that other
+    threads verify at the same moment are hashed in the same call (`_hash_combiner`).
     """
     headers = [memoryview(raw)[8:CHUNK_HEADER_SIZE] for raw in raws]
     fields = [_HEADER.unpack_from(raw) for raw in raws if len(raw) >= CHUNK_HEADER_SIZE]
@@ -122,7 +123,7 @@ def verify_chunks(raws: list[bytes | memoryview], name: list[str], position: lis
         memoryview(raw)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + field[1]]
         for raw, field in zip(raws, fields, strict=True)
     ]
-    hashes = hash64_many(headers + datas)
+    hashes = COMBINER.hash(headers + datas)
     count = len(raws)
     for i, field in enumerate(fields):
         if hashes[i] != field[0] or hashes[count + i] != field[2]:
