@@ -7,8 +7,8 @@ ints stand in for the SIMD lanes; every sum is reduced mod 2**64.
 
 The "zipper" that merges each state vector into the other is a fixed byte
 permutation of every pair of lanes (`_PAIR`), so both paths do it as one byte
-shuffle: ``struct`` and ``itemgetter`` for one input (about 6 µs per 32 bytes
-in all), numpy fancy indexing for many (`_highwayhash_many`).
+shuffle: ``struct`` and ``itemgetter`` for one input (about 7 µs per 32-byte
+packet in all), numpy fancy indexing for many (`_highwayhash_many`).
 
 The known answers (the fixed first 64 bytes of every Riegeli file) are checked
 in tests/test_riegeli.py.
