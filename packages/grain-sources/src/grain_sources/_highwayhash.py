@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Sequence
 
 _M = 0xFFFFFFFFFFFFFFFF
 _M32 = 0xFFFFFFFF
@@ -136,11 +137,24 @@ def hash64(
     data: bytes | bytearray | memoryview, key: tuple[int, int, int, int] = RIEGELI_KEY
 ) -> int:
     """HighwayHash-64 of `data` under `key` (Riegeli's key by default)."""
-    view = memoryview(data).cast("B")
-    state = _State(key)
+    return _rest(_State(key), memoryview(data).cast("B"), 0)
+
+
+def resume(lanes: Sequence[Sequence[int]], data: bytes | memoryview, start: int) -> int:
+    """`hash64` of `data` from the state (v0, v1, mul0, mul1) after its first `start` bytes.
+
+    `start` is a multiple of 32: the vectorized hash hands its last few long
+    inputs over here, where one input costs less than numpy's per-call overhead.
+    """
+    state = _State(RIEGELI_KEY)
+    state.v0, state.v1, state.mul0, state.mul1 = (list(map(int, part)) for part in lanes)
+    return _rest(state, memoryview(data).cast("B"), start)
+
+
+def _rest(state: _State, view: memoryview, start: int) -> int:
     whole = len(view) & ~31
-    if whole:
-        _packets(state, view, whole)
+    if whole > start:
+        _packets(state, view[start:], whole - start)
     if len(view) & 31:
         state.remainder(bytes(view[whole:]))
     return state.finish()

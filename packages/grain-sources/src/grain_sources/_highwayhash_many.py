@@ -10,6 +10,9 @@ Inputs are sorted longest first, so packet k updates a prefix of the rows (the
 inputs that have a k-th packet), and their packets are laid out packet-major:
 packet k of every input that has one is one contiguous slice of a flat table,
 gathered from the joined inputs by a sliding-window view (no per-input copy).
+Once fewer than `_MIN_INPUTS` rows are left, numpy's per-call overhead costs
+more than the scalar hash: those few longest inputs (one large chunk among
+small ones) finish in `_highwayhash.resume` from the state reached.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from grain_sources._highwayhash import INIT0, INIT1, RIEGELI_KEY, ZIPPER, hash64
+from grain_sources._highwayhash import INIT0, INIT1, RIEGELI_KEY, ZIPPER, hash64, resume
 
 _U = np.uint64
 _LO32 = _U(0xFFFFFFFF)
@@ -70,13 +73,15 @@ def hash64_many(
     windows = np.lib.stride_tricks.sliding_window_view(joined, 32)
     starts = np.cumsum(sizes) - sizes
     packets = sizes // 32
-    most = int(packets[0])
-    # active[k]: how many rows have a packet k (a prefix: rows are sorted).
-    active = np.searchsorted(-packets, -np.arange(most), side="left")
-    slots = np.concatenate(([0], np.cumsum(active)))
+    # active[k]: how many rows have a packet k (a prefix: rows are sorted). Numpy
+    # steps while enough rows are active; the few longest inputs finish in `resume`.
+    active = np.searchsorted(-packets, -np.arange(int(packets[0])), side="left")
+    steps = int(np.count_nonzero(active >= _MIN_INPUTS))
+    taken = np.minimum(packets, steps)
+    slots = np.concatenate(([0], np.cumsum(active[:steps])))
     # Packet k of row r goes to flat row slots[k] + r.
-    row = np.repeat(np.arange(count), packets)
-    k = np.arange(row.size) - np.repeat(np.cumsum(packets) - packets, packets)
+    row = np.repeat(np.arange(count), taken)
+    k = np.arange(row.size) - np.repeat(np.cumsum(taken) - taken, taken)
     flat = np.empty((row.size, 32), np.uint8)
     flat[slots[k] + row] = windows[starts[row] + 32 * k]
     lanes = flat.view("<u8").astype(np.uint64, copy=False)
@@ -89,9 +94,13 @@ def hash64_many(
         np.tile(np.array(INIT1, dtype=np.uint64), (count, 1)),
     ]
     scratch = [np.empty((count, 4), np.uint64), np.empty((count, 4), np.uint64)]
-    for step in range(most):
+    for step in range(steps):
         rows = int(active[step])
         _update(_rows(state, rows), lanes[slots[step] : slots[step + 1]], _rows(scratch, rows))
+    longer = {
+        row: resume([part[row] for part in state], inputs[int(order[row])], 32 * steps)
+        for row in np.flatnonzero(packets > steps).tolist()
+    }
 
     tails = sizes % 32
     with_tail = np.flatnonzero(tails)
@@ -107,6 +116,7 @@ def hash64_many(
     for _ in range(4):
         _update(state, _rot32(state[0][:, [2, 3, 0, 1]]), scratch)
     total = state[0][:, 0] + state[1][:, 0] + state[2][:, 0] + state[3][:, 0]
+    total[list(longer)] = list(longer.values())
     out = np.empty(count, dtype=np.uint64)
     out[order] = total
     return out.tolist()
