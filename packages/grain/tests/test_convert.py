@@ -275,6 +275,18 @@ def test_tfrecord_inputs_get_the_sidecar_index_a_source_opens_without_a_pass(tmp
 
 
 @pytest.mark.timeout(60)
+def test_a_damaged_last_tfrecord_header_gets_no_sidecar_and_is_named_when_read(tmp_path):
+    path = tmp_path / "a.tfrecord"
+    write_tfrecord([b"aa", b"b", b"cccc"], path)
+    data = bytearray(path.read_bytes())
+    data[35 + 8] ^= 0xFF  # the length checksum of the last record (it starts at byte 35)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConversionError, match=r"a\.tfrecord"):
+        convert(path, tmp_path / "out/x", num_shards=1, workers=1)
+    assert not pathlib.Path(f"{path}.offsets.npy").exists()
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("change", ["file", "same_size_file", "damaged_sidecar"])
 def test_a_sidecar_that_does_not_belong_to_its_file_is_rebuilt(tmp_path, caplog, change):
     from grain_sources import TFRecordDataSource

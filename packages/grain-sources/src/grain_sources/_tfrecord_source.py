@@ -22,6 +22,7 @@ workers read no index again.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import logging
 import os
@@ -92,9 +93,14 @@ def write_tfrecord_index(
     if store is None:
         # Written whole under another name first: a reader never sees half a sidecar.
         partial = f"{name}.{os.getpid()}.partial"
-        with open(partial, "wb") as file:
-            file.write(buffer.getvalue())
-        os.replace(partial, name)
+        try:
+            with open(partial, "wb") as file:
+                file.write(buffer.getvalue())
+            os.replace(partial, name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+            raise
     else:
         store.put_bytes(name, buffer.getvalue())
     return name
