@@ -55,9 +55,7 @@ DEFAULT_TORCH_PATH = Path("/tmp/torchlib")
 UPSTREAM = f"upstream {compare.UPSTREAM_VERSION}"
 TORCH = "PyTorch DataLoader"
 # Scripts of benchmarks/ that are not benchmarks.
-# object_store starts its own servers and has no peer to compare with: it is run on its
-# own (`python benchmarks/object_store.py`), its figures in docs/sources.md.
-NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist", "object_store"}
+NOT_BENCHMARKS = {"compare", "__init__", "__main__", "tfdata_mnist"}
 
 
 # --- sizes ---------------------------------------------------------------------------
@@ -101,6 +99,8 @@ SIZES["convert"] = {
     "full": ["--records", "40000", "--work", "60"],
     "quick": ["--records", "4000", "--work", "10"],
 }
+# object_store starts moto and fake-gcs-server itself (SeaweedFS only by hand: --seaweed).
+SIZES["object_store"] = {"full": ["--records", "2000"], "quick": ["--records", "200"]}
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory")
 
@@ -918,6 +918,59 @@ def bench_convert(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_object_store(ctx: Context) -> list[Row]:
+    """Random reads from buckets against the C++ reader on the same files, locally.
+
+    The local reader is the reference, not a target: a bucket costs a request per
+    record (or per batch); the figures are for docs/sources.md.
+    """
+    lines, _ = ctx.run("object_store", ctx.sizes("object_store"))
+    local = {line["case"]: line for line in lines if line.get("server_id") == "local"}
+    rows = []
+    for line in lines:
+        case, server = line["case"], line.get("server_id")
+        if case == "amplification":
+            rows.append(
+                Row(
+                    "object_store",
+                    f"amplification {line['format']}",
+                    "bytes/byte",
+                    line["bytes_per_byte"],
+                    higher_is_better=False,
+                    ok=line["ok"],
+                    note="bytes moved per byte delivered, random records (moto)",
+                )
+            )
+        elif case == "first_batch_s":
+            rows.append(
+                Row(
+                    "object_store",
+                    f"{server}_first_batch",
+                    "s",
+                    line["seconds"],
+                    higher_is_better=False,
+                    ok=line["ok"],
+                    note=f"{line['server']}: open the footers, read a batch of 32",
+                )
+            )
+        elif server != "local":
+            peer = local.get(case.replace("_no_hash", ""))
+            rows.append(
+                Row(
+                    "object_store",
+                    f"{server}_{case}",
+                    "records/s",
+                    line["records_per_s"],
+                    "local_cpp",
+                    "C++ reader, local path (same run)",
+                    None if peer is None else peer["records_per_s"],
+                    ok=line["ok"] and (peer is None or peer["ok"]),
+                    note=line["server"],
+                )
+            )
+    return rows
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -930,6 +983,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "latency_memory": bench_latency_memory,
     "device_put": bench_device_put,
     "convert": bench_convert,
+    "object_store": bench_object_store,
 }
 
 PEERS = {
@@ -944,6 +998,7 @@ PEERS = {
     "device_put": "jax.device_put loop",
     "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",
     "convert": "single-process converter",
+    "object_store": "C++ reader on local files",
 }
 
 

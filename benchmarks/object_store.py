@@ -2,6 +2,11 @@
 
 Usage: python benchmarks/object_store.py [--records 2000] [--record-bytes 1024] [--seaweed]
 
+Run by ``python -m benchmarks`` too (``--quick``: 200 records, under a minute). Every
+line names its server by ``server`` (words) and ``server_id`` (``local``, ``moto``,
+``fake_gcs``, ``seaweed``). The servers stop when the run ends, however it ends
+(a SIGTERM unwinds; the servers die with this process even if it is killed).
+
 Writes `records` random records into 2 ArrayRecord shards (group_size:1), puts
 them in a bucket of each server (started on 127.0.0.1 on free ports, as the
 tests do), and measures in one run:
@@ -188,42 +193,37 @@ def main() -> None:
         gcs = _start(stack, servers, "gcs", tmp_path)
         weed = _start(stack, servers, "seaweed", tmp_path) if args.seaweed else None
         local = ArrayRecordDataSource(paths)
+        where = {"server": "local C++ reader", "server_id": "local"}
         for threads in (1, 8, 32):
             rate, ok = _random_threads(local, order, threads, records)
-            _emit(
-                case=f"random_threads_{threads}",
-                server="local C++ reader",
-                records_per_s=round(rate),
-                ok=ok,
-            )
+            _emit(case=f"random_threads_{threads}", **where, records_per_s=round(rate), ok=ok)
         rate, ok = _batched(local, order, records)
-        _emit(case="random_batched", server="local C++ reader", records_per_s=round(rate), ok=ok)
+        _emit(case="random_batched", **where, records_per_s=round(rate), ok=ok)
         rate, ok = _workers(local, len(records))
-        _emit(case="workers_2", server="local C++ reader", records_per_s=round(rate), ok=ok)
+        _emit(case="workers_2", **where, records_per_s=round(rate), ok=ok)
 
-        targets = [("moto (S3)", moto.put, moto.filesystem())]
-        targets.append(("fake-gcs-server (GCS)", gcs.put, None))
+        targets = [("moto (S3)", "moto", moto.put, moto.filesystem())]
+        targets.append(("fake-gcs-server (GCS)", "fake_gcs", gcs.put, None))
         if weed is not None:
-            targets.append(("SeaweedFS (S3)", weed.put, weed.filesystem()))
-        for name, put, fs in targets:
+            targets.append(("SeaweedFS (S3)", "seaweed", weed.put, weed.filesystem()))
+        for name, server_id, put, fs in targets:
+            where = {"server": name, "server_id": server_id}
             urls = [put(path, Path(path).name) for path in paths]
             source = ArrayRecordDataSource(urls, filesystem=fs)
             for threads in (1, 8, 32):
                 rate, ok = _random_threads(source, order, threads, records)
-                _emit(
-                    case=f"random_threads_{threads}", server=name, records_per_s=round(rate), ok=ok
-                )
+                _emit(case=f"random_threads_{threads}", **where, records_per_s=round(rate), ok=ok)
             rate, ok = _batched(source, order, records)
-            _emit(case="random_batched", server=name, records_per_s=round(rate), ok=ok)
+            _emit(case="random_batched", **where, records_per_s=round(rate), ok=ok)
             unverified = ArrayRecordDataSource(urls, filesystem=fs, verify_hashes=False)
             rate, ok = _batched(unverified, order, records)
-            _emit(case="random_batched_no_hash", server=name, records_per_s=round(rate), ok=ok)
+            _emit(case="random_batched_no_hash", **where, records_per_s=round(rate), ok=ok)
             rate, ok = _workers(source, len(records))
-            _emit(case="workers_2", server=name, records_per_s=round(rate), ok=ok)
+            _emit(case="workers_2", **where, records_per_s=round(rate), ok=ok)
             seconds, ok = _first_batch(
                 lambda urls=urls, fs=fs: ArrayRecordDataSource(urls, filesystem=fs)
             )
-            _emit(case="first_batch_s", server=name, seconds=round(seconds, 3), ok=ok)
+            _emit(case="first_batch_s", **where, seconds=round(seconds, 3), ok=ok)
         _amplification(moto.put, moto.filesystem(), tmp_path, records, rng)
 
 

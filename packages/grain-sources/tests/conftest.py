@@ -50,10 +50,31 @@ def _wait_for(url: str, process: subprocess.Popen, timeout: float, log: Path) ->
     raise RuntimeError(f"the server at {url} did not start within {timeout} s")
 
 
+def _parent_death_signal() -> Callable[[], object] | None:
+    """A function to run in a server's child before exec: SIGTERM it when its parent dies.
+
+    A run killed outright (a benchmark or test run past its time limit gets SIGKILL)
+    cannot stop its servers itself; Linux's parent-death signal does. The libc
+    function is looked up here, in the parent, so the child only calls it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, int(signal.SIGTERM))  # 1: PR_SET_PDEATHSIG
+
+
 @contextlib.contextmanager
 def _server(command: list[str], ready_url: str, log: Path, timeout: float) -> Iterator[None]:
     with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_parent_death_signal(),
+        )
     try:
         _wait_for(ready_url, process, timeout, log)
         yield
@@ -190,12 +211,15 @@ class FaultProxy:
 
     `plan(n)` gets the request number (from 0) and returns None (forward it),
     ``"503"``, ``"403"``, ``"reset"`` (close the connection without an answer) or
-    a number of seconds to wait before forwarding. `faults` counts injected faults.
+    a number of seconds to wait before forwarding; `writes`, when set, is the
+    fault of every PUT and POST instead (a bucket that refuses writes). `faults`
+    counts injected faults.
     """
 
     def __init__(self, upstream: str):
         self.upstream = upstream.split("://", 1)[1]
         self.plan: Callable[[int], object] = lambda n: None
+        self.writes: object = None
         self.requests = 0
         self.faults = 0
         self._lock = threading.Lock()
@@ -214,6 +238,8 @@ class FaultProxy:
                     number = proxy.requests
                     proxy.requests += 1
                 fault = proxy.plan(number)
+                if proxy.writes is not None and self.command in ("PUT", "POST"):
+                    fault = proxy.writes
                 if fault is not None:
                     with proxy._lock:
                         proxy.faults += 1

@@ -429,7 +429,8 @@ def test_tfrecords_from_a_bucket_by_index_with_and_without_a_sidecar(moto_s3, tm
 # -- grain convert / grain inspect with bucket URLs ----------------------------------------
 
 
-def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path):
+def _grain_cli(endpoint: str):
+    """Runs the `grain` command against the S3 server at `endpoint`."""
     import os
     import shutil
     import subprocess
@@ -439,7 +440,7 @@ def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path):
     assert grain_command is not None
     env = {
         **os.environ,
-        "AWS_ENDPOINT_URL": moto_s3.endpoint,
+        "AWS_ENDPOINT_URL": endpoint,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
@@ -449,6 +450,11 @@ def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path):
             [grain_command, *args], env=env, capture_output=True, text=True, timeout=90
         )
 
+    return grain_cli
+
+
+def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path):
+    grain_cli = _grain_cli(moto_s3.endpoint)
     lines = [f'{{"i": {i}}}' for i in range(50)]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
     src = moto_s3.put(tmp_path / "in.jsonl", "cli/in.jsonl")
@@ -464,3 +470,33 @@ def test_grain_convert_and_inspect_take_bucket_urls(moto_s3, tmp_path):
     done = grain_cli("inspect", "s3://bkt/cli/missing")
     assert done.returncode != 0
     assert "does not exist" in done.stderr
+
+
+def test_grain_convert_leaves_the_tfrecord_index_beside_a_bucket_input(
+    moto_s3, fault_proxy, tmp_path, caplog
+):
+    from grain_sources import TFRecordDataSource, write_tfrecord
+
+    records = _records(120, seed=4)
+    write_tfrecord(records, tmp_path / "a.tfrecord")
+    src = moto_s3.put(tmp_path / "a.tfrecord", "cli-tf/a.tfrecord")
+    done = _grain_cli(moto_s3.endpoint)("convert", src, str(tmp_path / "out" / "x"))
+    assert done.returncode == 0, done.stderr
+    assert moto_s3.fs.exists("bkt/cli-tf/a.tfrecord.offsets.npy")
+    fs = moto_s3.filesystem()
+    with caplog.at_level("WARNING"):
+        source = TFRecordDataSource(src, filesystem=fs)
+    assert caplog.text == ""  # no pass over the object: the sidecar was there and right
+    order = np.random.default_rng(5).permutation(len(records))
+    assert source.__getitems__(order) == [records[i] for i in order]
+
+    # A bucket that refuses writes: the conversion goes on, one line says what was skipped.
+    other = moto_s3.put(tmp_path / "a.tfrecord", "cli-tf-refused/a.tfrecord")
+    fault_proxy.writes = "403"
+    done = _grain_cli(fault_proxy.endpoint)("convert", other, str(tmp_path / "out" / "y"))
+    assert done.returncode == 0, done.stderr
+    refused = [line for line in done.stdout.splitlines() if "not written to the bucket" in line]
+    assert len(refused) == 1, done.stdout
+    assert "denied" in refused[0]
+    moto_s3.fs.invalidate_cache()
+    assert not moto_s3.fs.exists("bkt/cli-tf-refused/a.tfrecord.offsets.npy")

@@ -113,11 +113,3 @@ def test_a_damaged_footer_is_named(tmp_path):
     (tmp_path / "f.ar").write_bytes(bytes(data))
     with pytest.raises(UnreadableFileError, match=r"f.ar.*wrong hash"):
         ArrayRecordDataSource(path, filesystem=fsspec.filesystem("file"))
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.lists(st.binary(max_size=200), min_size=0, max_size=40))
-def test_hashing_many_inputs_at_once_gives_each_ones_hash(inputs):
-    from grain_sources._highwayhash import hash64_many
-
-    assert hash64_many(inputs) == [hash64(data) for data in inputs]

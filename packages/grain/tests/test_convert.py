@@ -245,6 +245,87 @@ def test_tfrecord_input_and_lengths_beside_the_shards(tmp_path):
     assert main(["inspect", result.pattern, "--num-records", "0"]) == 0
 
 
+def _source_warnings(caplog):
+    return [r.getMessage() for r in caplog.records if r.name.startswith("grain_sources")]
+
+
+@pytest.mark.timeout(60)
+def test_tfrecord_inputs_get_the_sidecar_index_a_source_opens_without_a_pass(tmp_path, caplog):
+    from grain_sources import TFRecordDataSource
+
+    records = [bytes([i % 251]) * (i % 70) for i in range(3000)]
+    (tmp_path / "in").mkdir()
+    files = [tmp_path / "in" / "a.tfrecord", tmp_path / "in" / "b.tfrecord"]
+    write_tfrecord(records[:1700], files[0])
+    write_tfrecord(records[1700:], files[1])
+    convert(tmp_path / "in", tmp_path / "out/x", num_shards=2, workers=1)
+    for path in files:
+        assert pathlib.Path(f"{path}.offsets.npy").is_file()
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        source = TFRecordDataSource([str(path) for path in files])
+    # A source that passes over a file says so (test_object_store shows the warning).
+    assert _source_warnings(caplog) == []
+    order = np.random.default_rng(3).permutation(len(records))
+    assert source.__getitems__(order) == [records[i] for i in order]
+    # The sidecars are not inputs: the same directory converts again.
+    again = convert(tmp_path / "in", tmp_path / "out/y", num_shards=2, workers=1)
+    assert again.input_format == "tfrecord"
+    assert _read_back(again.pattern) == records
+
+
+@pytest.mark.timeout(60)
+def test_a_damaged_last_tfrecord_header_gets_no_sidecar_and_is_named_when_read(tmp_path):
+    path = tmp_path / "a.tfrecord"
+    write_tfrecord([b"aa", b"b", b"cccc"], path)
+    data = bytearray(path.read_bytes())
+    data[35 + 8] ^= 0xFF  # the length checksum of the last record (it starts at byte 35)
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConversionError, match=r"a\.tfrecord"):
+        convert(path, tmp_path / "out/x", num_shards=1, workers=1)
+    assert not pathlib.Path(f"{path}.offsets.npy").exists()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("change", ["file", "same_size_file", "damaged_sidecar"])
+def test_a_sidecar_that_does_not_belong_to_its_file_is_rebuilt(tmp_path, caplog, change):
+    from grain_sources import TFRecordDataSource
+
+    path = tmp_path / "in" / "a.tfrecord"
+    path.parent.mkdir()
+    write_tfrecord([b"aa", b"b", b"cccc"], path)
+    convert(path, tmp_path / "out/x", num_shards=1, workers=1)
+    sidecar = pathlib.Path(f"{path}.offsets.npy")
+    assert sidecar.is_file()
+    records = {
+        "file": [b"x" * 9, b"y"],
+        "same_size_file": [b"a", b"b", b"ccccc"],  # the same size, other places
+        "damaged_sidecar": [b"aa", b"b", b"cccc"],
+    }[change]
+    write_tfrecord(records, path)
+    if change == "damaged_sidecar":
+        sidecar.write_bytes(sidecar.read_bytes()[:20])
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        source = TFRecordDataSource(str(path))
+    assert any("does not belong to" in message for message in _source_warnings(caplog))
+    assert [source[i] for i in range(len(source))] == records
+
+
+@pytest.mark.timeout(60)
+def test_a_change_the_sidecar_check_cannot_see_fails_when_the_record_is_read(tmp_path):
+    from grain_sources import CorruptRecordError, TFRecordDataSource
+
+    path = tmp_path / "a.tfrecord"
+    write_tfrecord([b"aa", b"b", b"cccc"], path)
+    convert(path, tmp_path / "out/x", num_shards=1, workers=1)
+    write_tfrecord([b"a", b"bb", b"cccc"], path)  # only the first two records moved
+    source = TFRecordDataSource(str(path))
+    assert source[2] == b"cccc"
+    with pytest.raises(CorruptRecordError, match=r"does not fill its place.*offsets\.npy"):
+        source[0]
+
+
 @pytest.mark.timeout(60)
 def test_a_transform_and_field_lengths_reach_the_records(tmp_path):
     rows = _rows(500)

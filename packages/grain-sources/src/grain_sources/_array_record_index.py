@@ -76,12 +76,12 @@ def _proto_varints(message: bytes) -> dict[int, int]:
     fields: dict[int, int] = {}
     position = 0
     while position < len(message):
-        tag, position = _varint(message, position)
+        tag, position = _riegeli.read_varint(message, position)
         wire = tag & 7
         if wire == 0:
-            fields[tag >> 3], position = _varint(message, position)
+            fields[tag >> 3], position = _riegeli.read_varint(message, position)
         elif wire == 2:
-            length, position = _varint(message, position)
+            length, position = _riegeli.read_varint(message, position)
             fields[-(tag >> 3)] = position  # where the sub-message starts
             position += length
         elif wire in (1, 5):
@@ -89,19 +89,6 @@ def _proto_varints(message: bytes) -> dict[int, int]:
         else:
             raise ValueError(f"unexpected wire type {wire}")
     return fields
-
-
-def _varint(data: bytes, position: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if position >= len(data) or shift > 63:
-            raise ValueError("a varint runs past the message")
-        byte = data[position]
-        value |= (byte & 0x7F) << shift
-        position += 1
-        shift += 7
-        if byte < 0x80:
-            return value, position
 
 
 def _footer_arrays(values: bytes, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

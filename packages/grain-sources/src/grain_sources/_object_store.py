@@ -314,7 +314,9 @@ class ObjectStore:
             if left <= 0:
                 break
             try:
-                return await asyncio.wait_for(call(), min(policy.attempt_timeout_s, left))
+                # A timeout scope, not wait_for: no extra task per request on the loop.
+                async with asyncio.timeout(min(policy.attempt_timeout_s, left)):
+                    return await call()
             except _NOT_FOUND as error:
                 raise NoSuchFileError(
                     f"{url!r} does not exist ({_cause(error)}): check the bucket and object "

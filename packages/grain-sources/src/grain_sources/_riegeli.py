@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from grain_sources._checks import UnreadableFileError
-from grain_sources._highwayhash import hash64, hash64_many
+from grain_sources._hash_combiner import COMBINER
+from grain_sources._highwayhash import hash64
 
 BLOCK_SIZE = 1 << 16
 BLOCK_HEADER_SIZE = 24
@@ -111,7 +112,8 @@ def verify_chunks(raws: list[bytes | memoryview], name: list[str], position: lis
     """Checks the header and data hashes of many chunks at once (`hash64_many`).
 
     `raws` are chunks without block headers, as `parse_chunk` takes them; the
-    first one that fails raises the error `parse_chunk` would.
+    first one that fails raises the error `parse_chunk` would. Chunks that other
+    threads verify at the same moment are hashed in the same call (`_hash_combiner`).
     """
     headers = [memoryview(raw)[8:CHUNK_HEADER_SIZE] for raw in raws]
     fields = [_HEADER.unpack_from(raw) for raw in raws if len(raw) >= CHUNK_HEADER_SIZE]
@@ -121,7 +123,7 @@ def verify_chunks(raws: list[bytes | memoryview], name: list[str], position: lis
         memoryview(raw)[CHUNK_HEADER_SIZE : CHUNK_HEADER_SIZE + field[1]]
         for raw, field in zip(raws, fields, strict=True)
     ]
-    hashes = hash64_many(headers + datas)
+    hashes = COMBINER.hash(headers + datas)
     count = len(raws)
     for i, field in enumerate(fields):
         if hashes[i] != field[0] or hashes[count + i] != field[2]:
@@ -150,14 +152,28 @@ def varints_at(buffer: Any) -> tuple[np.ndarray, np.ndarray]:
     return np.add.reduceat(parts, starts), starts
 
 
+def read_varint(data: Any, position: int = 0) -> tuple[int, int]:
+    """The one varint64 at `position` of `data`, and the position after it.
+
+    For single fields (a size prefix, a proto tag); `varints_at` decodes many.
+    """
+    value = shift = 0
+    while True:
+        if position >= len(data) or shift > 63:
+            raise ValueError("a varint runs past its buffer")
+        byte = data[position]
+        value |= (byte & 0x7F) << shift
+        position += 1
+        shift += 7
+        if byte < 0x80:
+            return value, position
+
+
 def _decompress(kind: int, buffer: memoryview) -> bytes:
     if kind == 0:
         return bytes(buffer)
-    size_end = next((i for i in range(min(10, len(buffer))) if buffer[i] < 0x80), None)
-    if size_end is None:
-        raise ValueError("the decompressed size is missing")
-    size = int(decode_varints(buffer[: size_end + 1])[0])
-    body = bytes(buffer[size_end + 1 :])
+    size, body_start = read_varint(buffer)
+    body = buffer[body_start:]
     try:
         import cramjam
     except ImportError as error:
@@ -200,18 +216,23 @@ def simple_chunk_records(chunk: Chunk, name: str, position: int) -> tuple[bytes,
         kind = data[0]
         if kind not in _COMPRESSIONS:
             raise ValueError(f"unknown compression type {kind:#x}")
-        sizes_end = next(i for i in range(1, min(11, len(data))) if data[i] < 0x80)
-        sizes_size = int(decode_varints(data[1 : sizes_end + 1])[0])
-        sizes_start = sizes_end + 1
+        sizes_size, sizes_start = read_varint(data, 1)
         sizes = _decompress(kind, data[sizes_start : sizes_start + sizes_size])
         values = _decompress(kind, data[sizes_start + sizes_size :])
-        lengths = decode_varints(sizes).astype(np.int64)
-        if lengths.size != chunk.num_records:
-            raise ValueError(f"{lengths.size} record sizes for {chunk.num_records} records")
-        bounds = np.concatenate(([0], np.cumsum(lengths)))
+        if chunk.num_records == 1:
+            # A chunk of one record (group_size:1, random access): no arrays to build.
+            size, end = read_varint(sizes)
+            if end != len(sizes):
+                raise ValueError("more than one record size for one record")
+            bounds = np.array([0, size], np.int64)
+        else:
+            lengths = decode_varints(sizes).astype(np.int64)
+            if lengths.size != chunk.num_records:
+                raise ValueError(f"{lengths.size} record sizes for {chunk.num_records} records")
+            bounds = np.concatenate(([0], np.cumsum(lengths)))
         if bounds[-1] != len(values) or len(values) != chunk.decoded_size:
             raise ValueError("the record sizes do not add up to the values")
-    except (ValueError, IndexError, StopIteration) as error:
+    except (ValueError, IndexError) as error:
         raise UnreadableFileError(
             f"{name!r}: the chunk at byte {position} does not decode ({error}): the object is "
             "corrupt."

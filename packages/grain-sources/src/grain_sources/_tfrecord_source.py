@@ -4,19 +4,25 @@ TFRecord has no index: record i starts wherever the i-1 records before it end.
 One sequential pass (framing only) finds every record's offset; the offsets are
 kept in a *sidecar* file next to the data, ``<file>.offsets.npy`` (int64, one
 offset per record and then the file size), written by `write_tfrecord_index`
-(and by ``grain convert --tfrecord-index``). A source whose sidecar is missing
-builds the index on first use, in memory, and says how to keep it.
+(and by ``grain convert`` for its TFRecord inputs, from the pass that counts
+them). A source whose sidecar is missing builds the index on first use, in
+memory, and says how to keep it.
 
 Record i is then one range read, ``[offsets[i], offsets[i + 1])``: its 12-byte
 header, data and 4-byte footer, both checksums verified. A batch of records is
 one concurrent `ObjectStore.read_many`. The sidecar must belong to the file:
-its last entry must equal the file's size, or it is rebuilt (and a warning says
-so). Pickling keeps the URLs and offsets: workers read no index again.
+offsets from 0, increasing, ending at the file's size, and the last record's
+header (read at open) must fill the last place; otherwise (a damaged sidecar,
+or a file changed since) it is rebuilt with a warning. A change that keeps
+every record's place cannot be seen at open; a misplaced record still fails
+when read, by its framing and checksums. Pickling keeps the URLs and offsets:
+workers read no index again.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
 import logging
 import os
@@ -52,8 +58,18 @@ def _scan(path: str, store: ObjectStore | None) -> np.ndarray:
     return np.asarray(offsets, dtype=np.int64)
 
 
-def write_tfrecord_index(path: str | os.PathLike[str], filesystem: Any = None) -> str:
+def write_tfrecord_index(
+    path: str | os.PathLike[str], filesystem: Any = None, *, offsets: Any = None
+) -> str:
     """Writes the sidecar offset index of the TFRecord file (or object) `path`; returns its name.
+
+    Args:
+      path: the TFRecord file or URL.
+      filesystem: an fsspec filesystem to read and write with (URLs need none).
+      offsets: every record's byte offset and then the file's size, when a pass
+        over the file has already found them (``grain convert`` does); None
+        scans the file. They are checked against the file as a source checks
+        its sidecar.
 
     Example::
 
@@ -62,28 +78,68 @@ def write_tfrecord_index(path: str | os.PathLike[str], filesystem: Any = None) -
     """
     text = os.fspath(path)
     store = store_for(text, filesystem) if remote(text, filesystem) else None
-    offsets = _scan(text, store)
+    if offsets is None:
+        index = _scan(text, store)
+    else:
+        index = np.asarray(offsets, dtype=np.int64)
+        why = _mismatch(index, text, store)
+        if why:
+            raise ValueError(
+                f"`offsets` do not index {text!r}: {why}. Pass offsets=None to scan the file."
+            )
     buffer = io.BytesIO()
-    np.save(buffer, offsets)
+    np.save(buffer, index)
     name = text + SIDECAR_SUFFIX
     if store is None:
-        with open(name, "wb") as file:
-            file.write(buffer.getvalue())
+        # Written whole under another name first: a reader never sees half a sidecar.
+        partial = f"{name}.{os.getpid()}.partial"
+        try:
+            with open(partial, "wb") as file:
+                file.write(buffer.getvalue())
+            os.replace(partial, name)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(partial)
+            raise
     else:
         store.put_bytes(name, buffer.getvalue())
     return name
 
 
+def _mismatch(offsets: np.ndarray, path: str, store: ObjectStore | None) -> str:
+    """Why `offsets` cannot be the index of the file at `path` ("" if they can be)."""
+    size = os.path.getsize(path) if store is None else store.size(path)
+    if offsets.ndim != 1 or not offsets.size or offsets[0] != 0:
+        return "it is not a list of offsets from 0"
+    if int(offsets[-1]) != size:
+        return f"it ends at byte {int(offsets[-1])}, the file has {size} bytes"
+    places = np.diff(offsets)
+    if (places < _HEADER.size + 4).any():
+        return "its offsets are not increasing by whole records"
+    if not places.size:
+        return ""
+    # The last record's header must name the length of its place.
+    last = int(offsets[-2])
+    if store is None:
+        with open(path, "rb") as file:
+            file.seek(last)
+            header = file.read(_HEADER.size)
+    else:
+        header = store.read(path, last, _HEADER.size)
+    length, length_crc = _HEADER.unpack(header)
+    if masked_crc(header[:8]) != length_crc or length + _HEADER.size + 4 != int(places[-1]):
+        return f"the record at byte {last} does not fill the last place"
+    return ""
+
+
 def _load_index(path: str, store: ObjectStore | None) -> np.ndarray:
     name = path + SIDECAR_SUFFIX
-    size = os.path.getsize(path) if store is None else store.size(path)
     try:
         if store is None:
             with open(name, "rb") as file:
                 data = file.read()
         else:
             data = store.read(name, 0, store.size(name))
-        offsets = np.load(io.BytesIO(data), allow_pickle=False)
     except (FileNotFoundError, NoSuchFileError):
         _log.warning(
             "%s has no offset index (%s): building it with one pass over the file; keep it "
@@ -93,8 +149,21 @@ def _load_index(path: str, store: ObjectStore | None) -> np.ndarray:
             path,
         )
         return _scan(path, store)
-    if offsets.ndim != 1 or not offsets.size or int(offsets[-1]) != size:
-        _log.warning("%s does not belong to %s (another size): rebuilding the index.", name, path)
+    try:
+        offsets = np.load(io.BytesIO(data), allow_pickle=False)
+        why = _mismatch(offsets, path, store) if offsets.dtype.kind in "iu" else "not integers"
+    except (ValueError, EOFError, struct.error) as error:
+        why = f"not a .npy array ({error})"
+    if why:
+        _log.warning(
+            "%s does not belong to %s (%s; the file changed, or the index is damaged): "
+            "rebuilding it with one pass; write it again with "
+            "grain_sources.write_tfrecord_index(%r).",
+            name,
+            path,
+            why,
+            path,
+        )
         return _scan(path, store)
     return offsets.astype(np.int64, copy=False)
 

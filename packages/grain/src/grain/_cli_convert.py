@@ -29,7 +29,7 @@ import grain
 import grain_sources
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes, format_rate
 from grain._convert_errors import ConversionError, InputError
-from grain._convert_inputs import FORMAT_NAMES
+from grain._convert_inputs import FORMAT_NAMES, TFRECORD_SIDECAR
 from grain._convert_options import SMALL_RECORD, check_writer_options, overhead_note
 from grain.convert import EXECUTORS, ConversionResult, convert
 
@@ -331,11 +331,30 @@ def _run_with_buckets(args: argparse.Namespace) -> int:
                 local.dest = os.path.join(tmp, "out", args.dest.rsplit("/", 1)[-1])
                 local.overwrite = True
             status = run(local)
+            if grain_sources.is_url(args.src):
+                _upload_tfrecord_indexes(store, names, os.path.join(tmp, "src"))
             if grain_sources.is_url(args.dest):
                 _upload(local.dest, args.dest, args.num_shards)
         except (grain_sources.ObjectStoreError, PermissionError, FileNotFoundError) as error:
             raise CommandError(str(error)) from None
     return status
+
+
+def _upload_tfrecord_indexes(store: Any, names: list[str], folder: str) -> None:
+    """Puts the offset index the scan left beside each downloaded TFRecord object in the
+    bucket, beside the object, so a TFRecordDataSource over it opens without a pass.
+
+    A bucket that refuses the write costs one printed line, not the conversion."""
+    for number, name in enumerate(names):
+        local = os.path.join(folder, name.rsplit("/", 1)[-1]) + TFRECORD_SIDECAR
+        if name.endswith(TFRECORD_SIDECAR) or not os.path.exists(local):
+            continue
+        try:
+            store.put_file(local, name + TFRECORD_SIDECAR)
+        except (grain_sources.ObjectStoreError, PermissionError, OSError) as error:
+            print(f"offset indexes of the TFRecord inputs not written to the bucket from "
+                  f"{name} on ({len(names) - number} object(s)): {error}")  # fmt: skip
+            return
 
 
 def _upload(staged: str, dest: str, num_shards: int) -> None:

@@ -7,13 +7,18 @@ files carry no count, so they are scanned once: newlines found with numpy
 over 16 MB blocks, TFRecord length headers hopped over. The scan also keeps a
 sparse seek index (the byte offset, and for JSON lines the line number, of
 every `SEEK_STRIDE`-th record), so that a task starts reading a file near its
-first record instead of at byte 0.
+first record instead of at byte 0. The TFRecord pass finds every record's
+offset anyway, so it leaves them beside each input as the sidecar index that
+`grain_sources.TFRecordDataSource` reads (``<file>.offsets.npy``): a later
+random-access source over the same files opens without a pass. An input whose
+directory cannot be written is left as it is (one logged line says so).
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import logging
 import os
 import struct
 from dataclasses import dataclass, field
@@ -44,6 +49,9 @@ _BLOCK = 1 << 24
 _WHITESPACE = np.zeros(256, dtype=bool)
 _WHITESPACE[[9, 10, 11, 12, 13, 32]] = True
 _TFRECORD_HEADER = struct.Struct("<QI")
+# The sidecar index grain_sources keeps beside a TFRecord file: not an input itself.
+TFRECORD_SIDECAR = ".offsets.npy"
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -98,6 +106,8 @@ def detect(src: str, fmt: str = "auto") -> tuple[str, list[str]]:
     for name in sorted(os.listdir(src)):
         path = os.path.join(src, name)
         kind = _SUFFIXES.get(os.path.splitext(name)[1].lower())
+        if name.endswith(TFRECORD_SIDECAR) and os.path.isfile(path[: -len(TFRECORD_SIDECAR)]):
+            continue  # the offset index of the TFRecord file beside it
         if kind and not name.startswith(".") and os.path.isfile(path):
             by_kind.setdefault(kind, []).append(path)
     if fmt != "auto":
@@ -124,13 +134,15 @@ def scan(kind: str, files: list[str]) -> list[InputFile]:
     if kind == "hf":
         files = huggingface_files(files[0])
     scanned = []
+    unwritable: list[str] = []
     for path in files:
         stat = os.stat(path)
         entry = InputFile(os.path.abspath(path), stat.st_size, stat.st_mtime_ns, 0)
         if kind == "jsonl":
             entry.records, entry.seek = _scan_json_lines(path)
         elif kind == "tfrecord":
-            entry.records, entry.seek = _scan_tfrecord(path)
+            entry.records, entry.seek, offsets = _scan_tfrecord(path)
+            unwritable += _keep_tfrecord_index(path, offsets)
         elif kind == "parquet":
             entry.records = _parquet_rows(path)
         elif kind == "hf":
@@ -138,7 +150,33 @@ def scan(kind: str, files: list[str]) -> list[InputFile]:
         else:
             entry.records = 1
         scanned.append(entry)
+    if unwritable:
+        _log.warning(
+            "no offset index written beside %d TFRecord input(s) (%s): a "
+            "grain_sources.TFRecordDataSource over them builds it with one pass",
+            len(unwritable),
+            unwritable[0],
+        )
     return scanned
+
+
+def _keep_tfrecord_index(path: str, offsets: np.ndarray) -> list[str]:
+    """Writes the sidecar index of `path` unless an identical one is there; [] or why not."""
+    import grain_sources
+
+    try:
+        with open(path + TFRECORD_SIDECAR, "rb") as file:
+            if np.array_equal(np.load(file, allow_pickle=False), offsets):
+                return []
+    except (OSError, ValueError, EOFError):
+        pass  # missing or damaged: written below
+    try:
+        grain_sources.write_tfrecord_index(path, offsets=offsets)
+    except OSError as error:
+        return [f"{path}: {error.strerror or error}"]
+    except ValueError:
+        pass  # its last record's header is damaged: the conversion names it when read
+    return []
 
 
 # ---------------------------------------------------------------- JSON lines
@@ -193,10 +231,12 @@ def _keep_seek_points(
 # ---------------------------------------------------------------- TFRecord
 
 
-def _scan_tfrecord(path: str) -> tuple[int, list[list[int]]]:
-    """The record count from the length headers (checksums are checked when read)."""
+def _scan_tfrecord(path: str) -> tuple[int, list[list[int]], np.ndarray]:
+    """The record count from the length headers (checksums are checked when read), the
+    seek index, and every record's offset followed by the file size (the sidecar index)."""
     count = 0
     seek: list[list[int]] = []
+    offsets = [0]
     size = os.path.getsize(path)
     offset = 0
     with open(path, "rb", buffering=1 << 16) as file:
@@ -213,8 +253,9 @@ def _scan_tfrecord(path: str) -> tuple[int, list[list[int]]]:
                 seek.append([offset, count, 0])
             count += 1
             offset = end
+            offsets.append(end)
             file.seek(offset)
-    return count, seek
+    return count, seek, np.array(offsets, dtype=np.int64)
 
 
 # ---------------------------------------------------------------- Parquet and Arrow
