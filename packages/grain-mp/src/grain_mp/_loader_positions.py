@@ -57,10 +57,11 @@ class LoaderPositionsIterDataset(IterStage):
         read_options: ReadOptions,
         options: MultiprocessingOptions,
         lists: bool = False,
+        worker_init_fn: Any = None,
     ):
         read = units.to_iter_dataset(read_options, allow_nones=True)
         if options.num_workers:
-            read = read.mp_prefetch(options)
+            read = read.mp_prefetch(options, worker_init_fn)
         super().__init__(read)
         self._units = units
         self._workers = options.num_workers

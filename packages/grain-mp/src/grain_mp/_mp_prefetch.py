@@ -70,9 +70,11 @@ from multiprocessing import connection, resource_tracker
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset.extension import iter_worker_slice
+from grain_dataset.extension import iter_worker_slice, positional_split
 from grain_mp import _start
 from grain_mp._ending import end_processes
+from grain_mp._loader_positions import LoaderPositionsIterDataset
+from grain_mp._mp_positional import PositionalIterator
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._round_robin import RoundRobinIterator
 from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
@@ -187,14 +189,35 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._method, self._fork_unsafe = _start.choose_method(parent)
         # Without fork: the pipeline and init fn as every start of the workers sends them.
         self._payload: bytes | None = None
-        if self._method != "fork":
-            try:
-                self._payload = _start.pickled(parent, worker_init_fn, self._start_cause)
-            except TypeError as error:
-                if self._fork_unsafe is None:
-                    raise  # the user asked for this method
-                _start.warn_forking_anyway(self._fork_unsafe, error)
-                self._method, self._fork_unsafe = "fork", None
+        # A positional pipeline runs in order (`grain_mp._mp_positional`); the workers
+        # run all of `parent` only for states of the per-worker format.
+        self._in_order: IterDataset[Any] | None = None
+        split = None if sequential_slice else positional_split(parent)
+        if split is None:
+            self._pickle_parent()
+            return
+        try:
+            merged = LoaderPositionsIterDataset(
+                split.units, split.read_options, options, worker_init_fn=worker_init_fn
+            )
+        except TypeError:
+            self._pickle_parent()  # an unpicklable stage: named as the user wrote it
+            raise
+        self._in_order = split.assemble(merged)
+
+    def _pickle_parent(self) -> None:
+        """Pickles the whole parent pipeline, for workers that run it and do not fork."""
+        if self._method == "fork" or self._payload is not None:
+            return
+        try:
+            self._payload = _start.pickled(
+                self._parents[0], self._worker_init_fn, self._start_cause
+            )
+        except TypeError as error:
+            if self._fork_unsafe is None:
+                raise  # the user asked for this method
+            _start.warn_forking_anyway(self._fork_unsafe, error)
+            self._method, self._fork_unsafe = "fork", None
 
     @property
     def _start_cause(self) -> str:
@@ -204,6 +227,12 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         return f"as {_start.START_METHOD_ENV}={self._method} asks"
 
     def __iter__(self) -> DatasetIterator[Any]:
+        if self._in_order is not None:
+            return PositionalIterator(self._in_order, self._per_worker_iterator)
+        return _MultiprocessIterator(self)
+
+    def _per_worker_iterator(self) -> DatasetIterator[Any]:
+        self._pickle_parent()
         return _MultiprocessIterator(self)
 
     def __repr__(self) -> str:
