@@ -295,8 +295,12 @@ class InOrderIterDataset(IterStage):
 
 @iterator_of(InOrderIterDataset)
 class _InOrderIterator(StageIterator):
+    # Statistics list the merged units' reader (the workers), not these pass-throughs.
+    _STATS_HIDDEN = True
+
     def __init__(self, dataset: InOrderIterDataset, parent: Any):
         super().__init__(dataset, parent)
+        parent.__dict__["_STATS_HIDDEN"] = True
         self._split = dataset._split
         # The filter-ratio check of DatasetOptions, over the dropped positions.
         check = FilterRatioCheck("the filters before mp_prefetch (in its workers)")

@@ -38,6 +38,9 @@ class PositionalIterator(DatasetIterator[Any]):
     states of its format.
     """
 
+    # Statistics list the workers' reader inside it (see grain_dataset._stats).
+    _STATS_HIDDEN = True
+
     def __init__(self, in_order: IterDataset[Any], per_worker: Callable[[], DatasetIterator[Any]]):
         super().__init__(iter(in_order))
         self._in_order: DatasetIterator[Any] = self._parents[0]
