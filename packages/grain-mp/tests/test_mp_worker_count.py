@@ -180,9 +180,10 @@ def test_a_pipeline_that_is_not_positional_keeps_slices_and_refuses_another_coun
         next(it)
         state = it.get_state()
     assert set(state) >= {"next_worker", "parents"}
-    with iter(ds.mp_prefetch(_options(3))) as other:
-        with pytest.raises(ValueError, match="another number of workers"):
-            other.set_state(state)
+    other = iter(ds.mp_prefetch(_options(3)))
+    with pytest.raises(ValueError, match="another number of workers"):
+        other.set_state(state)
+    other.close()
 
 
 def _none_at_3(x):
