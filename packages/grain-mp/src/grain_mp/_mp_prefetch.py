@@ -1,6 +1,18 @@
 """`IterDataset.mp_prefetch`: the pipeline runs in worker processes, round robin out.
 
-Model. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
+Two executions. Over a *positional pipeline* (one `to_iter_dataset` over a
+MapDataset, then single-parent built-in IterDataset stages; not
+`sequential_slice`), the output is the single-process one for every worker
+count (`grain_mp._mp_positional`): the workers compute, position by position,
+what the chain's positional prefix (map, filter, and map_with_index /
+random_map before any filter) makes of each position, a dropped one a marker
+(or blocks of b positions batched, for a batch(b) after a prefix that drops
+nothing); the rest of the chain runs here on the merged stream; the state is
+the plain pipeline's. Everything else runs per worker, as Grain does, which the
+rest of this doc describes; a positional pipeline runs that way only to
+continue a state of its format.
+
+Per worker. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
 `to_iter_dataset` reading only positions w, w+n, w+2n, ... of its MapDataset
 (`grain_dataset.extension.iter_worker_slice`: only the worker's pipeline,
 never one that its transformations build and iterate), or with `sequential_slice` the
@@ -15,7 +27,7 @@ ahead: it sends an element only against a credit, and the parent returns a
 credit for each element it takes. With every element the worker sends its
 pipeline's state after producing it.
 
-State: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}`` (plus
+Per-worker state: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}`` (plus
 ``"sequential_slice": 1`` with sequential slices, so that a state of one slicing
 is refused by the other), the state
 of each worker's pipeline as of the last element the parent took (a fresh
