@@ -2,6 +2,7 @@
 
 import functools
 import json
+import os
 
 import numpy as np
 import pytest
@@ -208,3 +209,20 @@ def test_the_filter_ratio_check_still_applies_in_workers():
     )
     with pytest.raises(ValueError, match="dropped"):
         list(strict)
+
+
+def _with_pid(x):
+    return (os.getpid(), x)
+
+
+@pytest.mark.timeout(60)
+def test_options_inside_the_workers_part_still_apply_and_keep_the_maps_there():
+    ds = MapDataset.range(400).to_iter_dataset()
+    ds = WithOptionsIterDataset(ds, DatasetOptions(filter_raise_threshold_ratio=0.5))
+    tagged = list(ds.map(_with_pid).mp_prefetch(_options(2)))
+    assert [x for _, x in tagged] == list(range(400))
+    assert os.getpid() not in {pid for pid, _ in tagged}
+    ds = ds.map(functools.partial(_add, 1)).filter(functools.partial(_keep, 10, 1))
+    ds = ds.filter(functools.partial(_keep, 2, 0)).filter(functools.partial(_keep, 5, 0))
+    with pytest.raises(ValueError, match="dropped"):
+        list(ds.mp_prefetch(_options(2)))

@@ -9,7 +9,8 @@ position:
           longest positional prefix makes of M[p], or None where a filter
           (of M, or of the prefix) dropped it; an element that is None itself
           travels as `NONE_ELEMENT`. Positional stages (`IterStage.
-          _position_kind`): map, filter, `ds.seed`, and map_with_index and
+          _position_kind`): map, filter, `ds.seed`, options (which also run in
+          the parent, where the iterators that read them are), and map_with_index and
           random_map while nothing before them drops a position (their count
           is then the position). When the prefix is followed by `batch(b)`
           and drops nothing, a unit is a *block* instead: positions
@@ -52,6 +53,7 @@ from grain_dataset._options import ReadOptions
 from grain_dataset._read_ahead import PrefetchIterDataset
 from grain_dataset._stage import MapStage, upstream
 from grain_dataset._state import check_state
+from grain_dataset._with_options import WithOptionsIterDataset
 
 _CHECK_EVERY = 256
 
@@ -282,7 +284,9 @@ def positional_split(dataset: IterDataset[Any]) -> PositionalSplit | None:
     block = None
     if tail and type(tail[0]) is BatchIterDataset and not drops:
         block, tail = tail[0], tail[1:]
-    return PositionalSplit(node, stages, block, tail)
+    # Options apply through the iterators of the pipeline, which run in the parent.
+    options = [stage for stage in stages if isinstance(stage, WithOptionsIterDataset)]
+    return PositionalSplit(node, stages, block, options + tail)
 
 
 class InOrderIterDataset(IterStage):
