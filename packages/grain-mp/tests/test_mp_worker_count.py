@@ -19,7 +19,7 @@ from grain_dataset import (
 from grain_mp import MultiprocessingOptions
 
 _SETTINGS = settings(
-    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 
 
@@ -39,6 +39,10 @@ def _jitter(x, rng):
     return x + int(rng.integers(0, 100))
 
 
+def _as_array(x):
+    return np.full(3, x)
+
+
 def _with_index(i, x):
     return x + 1000 * i
 
@@ -48,6 +52,7 @@ _MAP_STAGE = st.one_of(
     st.tuples(st.just("shuffle"), st.integers(0, 9)),
     st.tuples(st.just("filter"), st.integers(2, 4), st.integers(0, 1)),
     st.tuples(st.just("map"), st.integers(1, 9)),
+    st.tuples(st.just("array")),
 )
 _ITER_STAGE = st.one_of(
     st.tuples(st.just("map"), st.integers(1, 9)),
@@ -72,6 +77,8 @@ def _build(spec):
             ds = ds.shuffle(seed=stage[1])
         elif stage[0] == "filter":
             ds = ds.filter(functools.partial(_keep, stage[1], stage[2]))
+        elif stage[0] == "array":  # array elements: units are compared by identity
+            ds = ds.map(_as_array)
         else:
             ds = ds.map(functools.partial(_add, stage[1]))
     it: IterDataset = ds.to_iter_dataset(ReadOptions(num_threads=threads))
@@ -123,6 +130,15 @@ def test_a_state_taken_with_w_workers_continues_exactly_with_v(
     with iter(ds.mp_prefetch(_options(restored_with))) as resumed:
         resumed.set_state(state)
         assert head + _plain(resumed) == expected
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("counting", [False, True])
+def test_array_elements_batched_in_the_workers(counting):
+    # The common case (map, then batch in the workers by blocks), with array elements.
+    ds = MapDataset.range(50).map(_as_array).to_iter_dataset()
+    ds = (ds.random_map(_jitter, seed=2) if counting else ds).batch(4)
+    assert _plain(ds.mp_prefetch(_options(3))) == _plain(ds)
 
 
 @pytest.mark.timeout(60)

@@ -107,9 +107,11 @@ class _PositionUnits(MapStage):
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         positions = indices.tolist()
         values = [_DROP if v is None else v for v in self._source._getitems(indices)]
-        if self._counting is not None and _DROP in values:
-            position = positions[values.index(_DROP)]
-            raise _none_error(self._counting, position, "this counting stage")
+        if self._counting is not None:
+            # By identity: `in` would compare elements (arrays) with ==.
+            dropped = next((k for k, v in enumerate(values) if v is _DROP), None)
+            if dropped is not None:
+                raise _none_error(self._counting, positions[dropped], "this counting stage")
         for stage in self._stages:
             kind, at = stage._position_kind, stage._at_position
             try:
@@ -156,9 +158,9 @@ class _BlockUnits(MapStage):
         starts = indices * self._size
         positions, bounds = spans(starts, np.minimum(self._size, self._positions - starts))
         values = self._units._getitems(positions)
-        if None in values:
-            where = int(positions[values.index(None)])
-            raise _none_error(self._batch, where, "the batch after it")
+        dropped = next((k for k, v in enumerate(values) if v is None), None)
+        if dropped is not None:
+            raise _none_error(self._batch, int(positions[dropped]), "the batch after it")
         batch_fn = self._batch._batch_fn
         blocks = []
         for k in range(len(indices)):
