@@ -30,7 +30,7 @@ from typing import Any
 from grain_dataset import DatasetIterator, IterDataset
 
 
-class PositionalIterator(DatasetIterator[Any]):
+class MultiprocessPrefetchIterator(DatasetIterator[Any]):
     """The iterator of mp_prefetch over a positional pipeline (see the module doc).
 
     `in_order` is the in-order pipeline (units from the workers, then the

@@ -86,7 +86,7 @@ from grain_dataset.extension import iter_worker_slice, positional_split
 from grain_mp import _start
 from grain_mp._ending import end_processes
 from grain_mp._loader_positions import LoaderPositionsIterDataset
-from grain_mp._mp_positional import PositionalIterator
+from grain_mp._mp_positional import MultiprocessPrefetchIterator
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._round_robin import RoundRobinIterator
 from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
@@ -240,7 +240,7 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
 
     def __iter__(self) -> DatasetIterator[Any]:
         if self._in_order is not None:
-            return PositionalIterator(self._in_order, self._per_worker_iterator)
+            return MultiprocessPrefetchIterator(self._in_order, self._per_worker_iterator)
         return _MultiprocessIterator(self)
 
     def _per_worker_iterator(self) -> DatasetIterator[Any]:
