@@ -216,6 +216,9 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
             self._pickle_parent()  # an unpicklable stage: named as the user wrote it
             raise
         self._in_order = split.assemble(merged)
+        # How the workers start, once pickling was tried (it may fall back to fork).
+        workers = merged._parents[0]
+        self._method, self._fork_unsafe = workers._method, workers._fork_unsafe
 
     def _pickle_parent(self) -> None:
         """Pickles the whole parent pipeline, for workers that run it and do not fork."""
