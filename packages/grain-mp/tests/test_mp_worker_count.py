@@ -16,7 +16,7 @@ from grain_dataset import (
     ReadOptions,
     WithOptionsIterDataset,
 )
-from grain_mp import MultiprocessingOptions
+from grain_mp import MultiprocessingOptions, multithread_prefetch
 
 _SETTINGS = settings(
     max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
@@ -242,3 +242,21 @@ def test_options_inside_the_workers_part_still_apply_and_keep_the_maps_there():
     ds = ds.filter(functools.partial(_keep, 2, 0)).filter(functools.partial(_keep, 5, 0))
     with pytest.raises(ValueError, match="dropped"):
         list(ds.mp_prefetch(_options(2)))
+
+
+@pytest.mark.timeout(60)
+def test_multithread_states_continue_per_worker_and_in_order_states_stay_with_processes():
+    ds = MapDataset.range(30).to_iter_dataset().filter(functools.partial(_keep, 4, 0)).batch(3)
+    threads = multithread_prefetch(ds, 2, 1)
+    with iter(threads) as it:
+        head = [next(it).tolist() for _ in range(3)]
+        state = it.get_state()
+    whole = [b.tolist() for b in threads]  # per thread: not the one-process batches
+    assert whole != _plain(ds)
+    with iter(ds.mp_prefetch(_options(2))) as it:
+        it.set_state(state)
+        assert head + [b.tolist() for b in it] == whole
+        it.set_state({"next_index": 0, "grain_fingerprint": state["grain_fingerprint"]})
+        in_order = it.get_state()
+    with iter(threads) as it, pytest.raises(ValueError, match="next_worker"):
+        it.set_state(in_order)
