@@ -260,3 +260,17 @@ def test_multithread_states_continue_per_worker_and_in_order_states_stay_with_pr
         in_order = it.get_state()
     with iter(threads) as it, pytest.raises(ValueError, match="next_worker"):
         it.set_state(in_order)
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_in_the_workers_refuses_a_state_inside_one_of_its_batches():
+    two = MapDataset.range(20).to_iter_dataset().batch(2)
+    with iter(two) as it:
+        next(it), next(it)
+        state = it.get_state()  # 4 positions: inside the second batch of 3
+    three = MapDataset.range(20).to_iter_dataset().batch(3)
+    with iter(three.mp_prefetch(_options(2))) as it, pytest.raises(ValueError, match="multiple"):
+        it.set_state(state)
+    with iter(three) as plain:  # without workers, any position
+        plain.set_state(state)
+        assert next(plain).tolist() == [4, 5, 6]

@@ -211,13 +211,14 @@ class PositionalSplit:
                 state = {"index": position, "parent": state}
         return state
 
-    def units_in(self, state: Any, where: Any) -> int:
+    def units_in(self, state: Any) -> int:
         """The units consumed at `state`, a state of `state_at`'s shape (checked)."""
+        where = "the stages before mp_prefetch (in its workers)"
         for stage in reversed(self._stages):
             if stage._position_kind == "indexed":
-                check_state(state, repr(where), ("index", "parent"))
+                check_state(state, where, ("index", "parent"))
                 state = state["parent"]
-        check_state(state, repr(where), ("next_index",))
+        check_state(state, where, ("next_index",))
         position = state["next_index"]
         if self._block is None:
             return position
@@ -226,8 +227,11 @@ class PositionalSplit:
             return len(self.units)
         if position % size:
             raise ValueError(
-                f"state {state!r} of {where!r} is inside a batch of {size}: it was saved by a "
-                "pipeline with another batch size; restore it into the pipeline that saved it."
+                f"state {state!r} of {where} is inside a batch of {size}: it was saved with "
+                "another IterDataset.batch size. Under mp_prefetch the batch runs in the "
+                f"workers, by blocks of {size} positions, so a restore must start on a multiple "
+                "of it: restore with the batch size that saved it, or without workers "
+                "(num_workers=0), then save again."
             )
         return position // size
 
@@ -344,7 +348,7 @@ class _InOrderIterator(StageIterator):
         return self._split.state_at(self._units())
 
     def set_state(self, state: Any) -> None:
-        units = self._split.units_in(state, self._dataset)
+        units = self._split.units_in(state)
         self._parent.set_state({"next_index": units})
         if self._check is not None:
             self._counted, self._uncounted = units, 0
