@@ -386,10 +386,12 @@ BAD_CALLS: dict[str, tuple[Any, ...]] = {
         "`worker_init_fn`",
         SPAWN,
     ),
+    # Sequential slices: the workers run the whole pipeline (over a positional pipeline
+    # a flat map runs in the parent, where nothing is pickled).
     "flat_map of a transform holding a lock under spawn": (
         lambda: _iterate(
             ge.FlatMapIterDataset(_it(), _Twice(lock=threading.Lock())).mp_prefetch(
-                grain.MultiprocessingOptions(num_workers=1)
+                grain.MultiprocessingOptions(num_workers=1), sequential_slice=True
             )
         ),
         TypeError,

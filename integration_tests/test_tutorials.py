@@ -250,12 +250,13 @@ def _messages(tmp_path, monkeypatch):
     expect(ValueError, other_seed_state)
 
     def worker_state():
+        # Sequential slices: a pipeline whose workers own their slices (not positional).
         ds = grain.MapDataset.range(10).to_iter_dataset()
-        with iter(ds.mp_prefetch(options)) as it:
+        with iter(ds.mp_prefetch(options, sequential_slice=True)) as it:
             next(it)
             state = it.get_state()
         one = grain.MultiprocessingOptions(num_workers=1)
-        iter(ds.mp_prefetch(one)).set_state(state)
+        iter(ds.mp_prefetch(one, sequential_slice=True)).set_state(state)
 
     expect(ValueError, worker_state)
 

@@ -56,6 +56,18 @@ def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
             )
 
 
+def spans(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The indices of the runs ``[start, start + size)``, in one array, and their bounds in it.
+
+    Run k is ``indices[bounds[k]:bounds[k + 1]]``.
+    """
+    total = int(sizes.sum())
+    # Each run's start repeated over its size, plus the position within the run.
+    ends = np.cumsum(sizes)
+    within = np.arange(total, dtype=np.int64) - np.repeat(ends - sizes, sizes)
+    return np.repeat(starts, sizes) + within, [0, *ends.tolist()]
+
+
 @register("map_batch")
 class BatchMapDataset(MapStage):
     """Batches of `batch_size` consecutive elements of the parent."""
@@ -141,13 +153,7 @@ class BatchMapDataset(MapStage):
             offsets = batches * size
             sizes = np.minimum(size, self._parent_length - offsets)
             starts = epochs * self._parent_length + offsets
-        total = int(sizes.sum())
-        # All parent indices of all batches in one array: each batch's start
-        # repeated over its size, plus the position within the batch.
-        ends = np.cumsum(sizes)
-        within = np.arange(total, dtype=np.int64) - np.repeat(ends - sizes, sizes)
-        parent_indices = np.repeat(starts, sizes) + within
-        bounds = [0, *ends.tolist()]
+        parent_indices, bounds = spans(starts, sizes)
         if self._gathers:
             # One read for all the batches, one index mapping per stage: then views.
             stacked = self._gathered(parent_indices)

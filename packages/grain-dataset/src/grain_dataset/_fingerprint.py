@@ -25,6 +25,11 @@ Deliberate changes this module handles (docs/checkpointing.md):
   * A MapDataset.batch directly under `to_iter_dataset` with a new batch size:
     the position is converted to the same element when the new size divides it
     (`_convert_batch`).
+  * mp_prefetch added or removed, or its worker count changed: its token
+    (``round_robin``, shared with multithread_prefetch) compares as absent,
+    since over a positional pipeline its state is the plain pipeline's
+    (grain_dataset._positional); a per-worker state of it is refused by the
+    shape checks of the stages it does not fit.
 Anything else, or `force_restore(iterator)`, is the user's call.
 
 A fingerprint longer than `_MAX_TEXT` characters is stored as one 8-hex-digit
@@ -228,8 +233,9 @@ def verify(iterator: Any, state: Any) -> tuple[Any, bool]:
         return state, False
     current = _tokens_and_stages(dataset)
     saved_tokens = saved.split(_SEPARATOR)
-    difference = _first_difference(saved_tokens, [text for text, _ in current])
-    if difference is None:
+    current_tokens = [text for text, _ in current]
+    difference = _first_difference(saved_tokens, current_tokens)
+    if difference is None or _same_without_prefetching(saved_tokens, current_tokens):
         return state, False
     if forced:
         logger.warning("restoring a state of a different pipeline (forced): %s", difference)
@@ -260,6 +266,18 @@ def warn_unverified(iterator: Any) -> None:
 
 def _matches(saved: str, current: str) -> bool:
     return saved == current or saved == "#" + _hash(current)
+
+
+# mp_prefetch (and multithread_prefetch): over a positional pipeline its state is the
+# plain pipeline's, so it may come and go; a per-worker state is refused by the shapes.
+_PREFETCHING = {"round_robin", "#" + _hash("round_robin")}
+
+
+def _same_without_prefetching(saved: list[str], current: list[str]) -> bool:
+    def kept(tokens: list[str]) -> list[str]:
+        return [token for token in tokens if token not in _PREFETCHING]
+
+    return _first_difference(kept(saved), kept(current)) is None
 
 
 def _first_difference(saved: list[str], current: list[str]) -> str | None:

@@ -85,6 +85,10 @@ class MapIterDataset(_ElementwiseIterDataset):
     """``transform(element)`` for each element."""
 
     _kind = "map"
+    _position_kind = "map"
+
+    def _at_position(self, position: int, value: Any) -> Any:
+        return self._fn(value)
 
 
 @iterator_of(MapIterDataset)
@@ -106,6 +110,10 @@ class FilterIterDataset(_ElementwiseIterDataset):
     """The elements for which ``transform(element)`` is true."""
 
     _kind = "filter"
+    _position_kind = "filter"
+
+    def _at_position(self, position: int, value: Any) -> Any:
+        return self._fn(value)
 
 
 @iterator_of(FilterIterDataset)
@@ -154,6 +162,11 @@ class MapWithIndexIterDataset(_ElementwiseIterDataset):
     """``transform(index, element)``, the index counting this dataset's elements from 0."""
 
     _kind = "map_with_index"
+    # Its index counts elements: the position, while nothing before it drops one.
+    _position_kind = "indexed"
+
+    def _at_position(self, position: int, value: Any) -> Any:
+        return self._fn(position, value)
 
 
 @iterator_of(MapWithIndexIterDataset)
@@ -171,6 +184,11 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
     def __init__(self, parent: IterDataset[Any], transform: Any, seed: int | None = None):
         super().__init__(parent, transform)
         self._seed = stage_seed(self, seed, "random_map")
+
+    _position_kind = "indexed"
+
+    def _at_position(self, position: int, value: Any) -> Any:
+        return self._fn(value, element_rng(self._seed, position))
 
 
 @iterator_of(RandomMapIterDataset)

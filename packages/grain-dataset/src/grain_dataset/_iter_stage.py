@@ -37,6 +37,16 @@ class IterStage(IterDataset[Any]):
 
     _iterator: ClassVar[type[StageIterator]]
     _many_parents: ClassVar[bool] = False
+    # How the stage's output at a position depends on that position alone, for an
+    # mp_prefetch whose output does not depend on its worker count (`_positional`):
+    # "map" (``_at_position(p, x)`` is the element), "filter" (it says whether x
+    # stays), "indexed" (a map that counts elements), "same" (x unchanged); None:
+    # the stage combines or holds elements, and runs on the merged stream.
+    _position_kind: ClassVar[str | None] = None
+
+    def _at_position(self, position: int, value: Any) -> Any:
+        """This stage's work on the element `value` at `position` (see `_position_kind`)."""
+        raise NotImplementedError
 
     def __iter__(self) -> DatasetIterator[Any]:
         if self._many_parents:

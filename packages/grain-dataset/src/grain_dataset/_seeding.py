@@ -73,6 +73,8 @@ class SeedIterDataset(IterStage):
     def _fingerprint_token(self) -> str | None:
         return None  # the seeds it gives are in the tokens of the stages that use them
 
+    _position_kind = "same"
+
     def __init__(self, parent: IterDataset[Any], seed: int):
         super().__init__(parent)
         self._seed = checks.seed(seed)

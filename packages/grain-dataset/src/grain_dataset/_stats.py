@@ -261,7 +261,9 @@ def collect(iterator: Any) -> PipelineStats:
         for parent in parents:
             visit(parent, branch)
         record = it.__dict__.get("_stats_record")
-        if record is None:
+        # A pass-through that a stage builds inside itself (mp_prefetch's in-order
+        # stream) is timed, for its child's share, but not listed.
+        if record is None or getattr(it, "_STATS_HIDDEN", False):
             return
         is_async = getattr(it, "_STATS_ASYNC", False)
         # An async stage's parents run in another thread or process, not inside its calls.

@@ -28,6 +28,10 @@ class WithOptionsIterDataset(IterStage):
     def _fingerprint_token(self) -> str | None:
         return None
 
+    # Elements pass unchanged; under mp_prefetch's position-wise workers the stage
+    # also runs in the parent, where its options reach the pipeline (`_positional`).
+    _position_kind = "same"
+
     def __init__(self, parent: IterDataset[Any], options: DatasetOptions):
         # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
         parent = as_iter_dataset(parent, "parent", "WithOptionsIterDataset")

@@ -34,6 +34,12 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                stages (those it creates later included) read the worker's
                slice of the positions; other pipelines of the process read
                everything.
+               positional_split(dataset): a pipeline under mp_prefetch cut into
+               the units its workers compute position by position (a
+               MapDataset) and the stages that run on their merged stream
+               (`PositionalSplit.assemble`), None if it is not positional;
+               drops_positions(map_dataset): whether a stage can leave a
+               position empty (a filter).
   fingerprint  pipeline_fingerprint(dataset): the text a state carries under
                "grain_fingerprint"; remember_dataset(iterator, dataset): an
                iterator not made by ``iter(dataset)`` (ElasticIterator) gets
@@ -72,6 +78,9 @@ from grain_dataset._iter_stage import StageIterator as StageIterator
 from grain_dataset._iter_stage import check_below as check_below
 from grain_dataset._iter_stage import iterator_of as iterator_of
 from grain_dataset._iter_stage import restore_all as restore_all
+from grain_dataset._positional import PositionalSplit as PositionalSplit
+from grain_dataset._positional import drops_positions as drops_positions
+from grain_dataset._positional import positional_split as positional_split
 from grain_dataset._stage import MapStage as MapStage
 from grain_dataset._state import check_parents_state as check_parents_state
 from grain_dataset._state import check_state as check_state
@@ -90,6 +99,7 @@ __all__ = [
     "IterStage",
     "MapStage",
     "OutOfRangeError",
+    "PositionalSplit",
     "StageIterator",
     "WrongTypeError",
     "add_lock",
@@ -97,11 +107,13 @@ __all__ = [
     "check_parents_state",
     "check_state",
     "closed_error",
+    "drops_positions",
     "interrupt",
     "iter_worker_slice",
     "iterator_of",
     "load_coroutine",
     "pipeline_fingerprint",
+    "positional_split",
     "read_state_into",
     "register",
     "remember_dataset",

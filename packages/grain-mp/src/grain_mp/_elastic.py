@@ -7,11 +7,9 @@ How a shard reads. Its positions (`Plan.shard_positions`) become a MapDataset
 made of public slices of the user's dataset: ``concatenate([ds.slice(owed),
 ds[first_fresh::M]])[taken:]``. Read in this process it is
 ``to_iter_dataset(read_options)``, whose state counts positions, filtered ones
-too. With worker processes it is one unit per position through `mp_prefetch`,
-a filtered position being a `_Skipped` marker instead of nothing: every worker
-then yields exactly one unit per position of its slice, so mp_prefetch's round
-robin gives the positions in order whatever the number of workers, and
-`_Unmarked` drops the markers here, counting positions the same way. Then
+too. With worker processes it is that read under `mp_prefetch`, whose output
+and state over such a pipeline do not depend on the number of workers (see
+`grain_mp._mp_positional`): the same positions, counted the same way. Then
 ``batch(b, drop_remainder=True)``, the plain pipeline's own stage; after each
 batch, `taken` is read from the state of the stage under it.
 
@@ -38,7 +36,7 @@ from grain_dataset import (
     ReadOptions,
     UnverifiedStateWarning,
 )
-from grain_dataset.extension import MapStage, pipeline_fingerprint, remember_dataset
+from grain_dataset.extension import drops_positions, pipeline_fingerprint, remember_dataset
 from grain_index import ShardOptions
 from grain_mp._elastic_plan import Plan, decode_runs, replan
 from grain_mp._mp_prefetch import mp_prefetch
@@ -48,77 +46,6 @@ _FORMAT = "elastic_format"
 _VERSION = 1
 _FINGERPRINT = "grain_fingerprint"
 _KEYS = {_FORMAT, "shard_index", "shard_count", "frontier", "leftovers", "taken", "one_to_one"}
-
-
-class _Skipped:
-    """Stands for a filtered position in a worker's output (compared by type: it is pickled)."""
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Skipped, ())
-
-
-class _Unmarked(IterDataset[Any]):
-    """The workers' units without the `_Skipped` markers; its state counts units (positions)."""
-
-    def __init__(self, parent: IterDataset[Any]):
-        super().__init__(parent)
-
-    def __iter__(self) -> DatasetIterator[Any]:
-        return _UnmarkedIterator(iter(self.parents[0]))
-
-
-class _UnmarkedIterator(DatasetIterator[Any]):
-    def __init__(self, parent: DatasetIterator[Any]):
-        super().__init__(parent)
-        self._count = 0
-
-    def __next__(self) -> Any:
-        while True:
-            value = next(self.parents[0])
-            self._count += 1
-            if not isinstance(value, _Skipped):
-                return value
-
-    def get_state(self) -> dict[str, Any]:
-        return {"next_index": self._count}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        raise NotImplementedError(
-            "ElasticIterator rebuilds its pipeline at a position instead of restoring it."
-        )
-
-
-class _Marked(MapStage):
-    """Its parent's elements, with `_Skipped()` where the parent has None (a filtered one)."""
-
-    def __init__(self, parent: MapDataset[Any]):
-        super().__init__(parent)
-        self._parent = parent
-
-    def __len__(self) -> int:
-        return len(self._parent)
-
-    def _getitem(self, index: int) -> Any:
-        value = self._parent[index]
-        return _Skipped() if value is None else value
-
-    def _getitems(self, indices: np.ndarray) -> list[Any]:
-        values = self._parent._getitems(indices)
-        return [_Skipped() if value is None else value for value in values]
-
-
-def _drops_elements(ds: MapDataset[Any]) -> bool:
-    """Whether a stage of `ds` can leave a position empty (a filter): one-to-one otherwise."""
-    pending, seen = [ds], set()
-    while pending:
-        stage = pending.pop()
-        if id(stage) in seen:
-            continue
-        seen.add(id(stage))
-        if "Filter" in type(stage).__name__:
-            return True
-        pending.extend(stage.parents)
-    return False
 
 
 class ElasticIterator(DatasetIterator[Any]):
@@ -190,7 +117,7 @@ class ElasticIterator(DatasetIterator[Any]):
         if packing is not None and not callable(packing):
             raise TypeError(f"`packing` must be callable or None, got {packing!r}.")
         self._packing = packing
-        self._one_to_one = packing is None and not _drops_elements(ds)
+        self._one_to_one = packing is None and not drops_positions(ds)
         self._plan = Plan(frontier=0, leftovers=np.zeros(0, dtype=np.int64))
         self._taken = 0  # entries of this shard's sequence behind the last delivered batch
         self._inner: DatasetIterator[Any] | None = None
@@ -214,11 +141,10 @@ class ElasticIterator(DatasetIterator[Any]):
         self._view_length = len(view)
         self._base = self._taken
         workers = self._mp_options.num_workers if self._mp_options is not None else 0
-        if workers == 0:
-            elements: IterDataset[Any] = view.to_iter_dataset(self._read_options)
-        else:
-            units = _Marked(view).to_iter_dataset(self._read_options)
-            elements = _Unmarked(mp_prefetch(units, self._mp_options))
+        elements: IterDataset[Any] = view.to_iter_dataset(self._read_options)
+        if workers:
+            # Positional: the same elements and state ({"next_index": positions}) as without.
+            elements = mp_prefetch(elements, self._mp_options)
         if self._packing is not None:
             elements = self._packed(elements)
         batches: DatasetIterator[Any] = iter(elements.batch(self._batch_size, drop_remainder=True))

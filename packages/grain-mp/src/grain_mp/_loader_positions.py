@@ -19,6 +19,9 @@ own ``{"next_index": u}`` without workers), which is what lets a checkpoint
 taken with W workers restore with V. (Unpacking the lists here, rather than
 in a flat map stage, keeps the per-item cost to a counter.)
 
+mp_prefetch over a positional pipeline reads its units the same way
+(`grain_mp._mp_positional`), with the user's `worker_init_fn`.
+
 The fingerprint of a state leaves the prefetching out for the same reason:
 it lists the units' MapDataset stages and this stage's ``to_iter``.
 """
@@ -57,10 +60,11 @@ class LoaderPositionsIterDataset(IterStage):
         read_options: ReadOptions,
         options: MultiprocessingOptions,
         lists: bool = False,
+        worker_init_fn: Any = None,
     ):
         read = units.to_iter_dataset(read_options, allow_nones=True)
         if options.num_workers:
-            read = read.mp_prefetch(options)
+            read = read.mp_prefetch(options, worker_init_fn)
         super().__init__(read)
         self._units = units
         self._workers = options.num_workers

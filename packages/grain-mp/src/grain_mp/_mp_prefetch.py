@@ -1,6 +1,18 @@
 """`IterDataset.mp_prefetch`: the pipeline runs in worker processes, round robin out.
 
-Model. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
+Two executions. Over a *positional pipeline* (one `to_iter_dataset` over a
+MapDataset, then single-parent built-in IterDataset stages; not
+`sequential_slice`), the output is the single-process one for every worker
+count (`grain_mp._mp_positional`): the workers compute, position by position,
+what the chain's positional prefix (map, filter, and map_with_index /
+random_map before any filter) makes of each position, a dropped one a marker
+(or blocks of b positions batched, for a batch(b) after a prefix that drops
+nothing); the rest of the chain runs here on the merged stream; the state is
+the plain pipeline's. Everything else runs per worker, as Grain does, which the
+rest of this doc describes; a positional pipeline runs that way only to
+continue a state of its format.
+
+Per worker. Worker w of n runs the whole pipeline up to `mp_prefetch`, with every
 `to_iter_dataset` reading only positions w, w+n, w+2n, ... of its MapDataset
 (`grain_dataset.extension.iter_worker_slice`: only the worker's pipeline,
 never one that its transformations build and iterate), or with `sequential_slice` the
@@ -15,7 +27,7 @@ ahead: it sends an element only against a credit, and the parent returns a
 credit for each element it takes. With every element the worker sends its
 pipeline's state after producing it.
 
-State: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}`` (plus
+Per-worker state: ``{"next_worker": k, "parents": [state_0, ..., state_{n-1}]}`` (plus
 ``"sequential_slice": 1`` with sequential slices, so that a state of one slicing
 is refused by the other), the state
 of each worker's pipeline as of the last element the parent took (a fresh
@@ -70,9 +82,11 @@ from multiprocessing import connection, resource_tracker
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset.extension import iter_worker_slice
+from grain_dataset.extension import iter_worker_slice, positional_split
 from grain_mp import _start
 from grain_mp._ending import end_processes
+from grain_mp._loader_positions import LoaderPositionsIterDataset
+from grain_mp._mp_positional import MultiprocessPrefetchIterator
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._round_robin import RoundRobinIterator
 from grain_mp._sweep import parse_segment_name, process_alive, sweep_dead_segments
@@ -187,14 +201,38 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         self._method, self._fork_unsafe = _start.choose_method(parent)
         # Without fork: the pipeline and init fn as every start of the workers sends them.
         self._payload: bytes | None = None
-        if self._method != "fork":
-            try:
-                self._payload = _start.pickled(parent, worker_init_fn, self._start_cause)
-            except TypeError as error:
-                if self._fork_unsafe is None:
-                    raise  # the user asked for this method
-                _start.warn_forking_anyway(self._fork_unsafe, error)
-                self._method, self._fork_unsafe = "fork", None
+        # A positional pipeline runs in order (`grain_mp._mp_positional`); the workers
+        # run all of `parent` only for states of the per-worker format.
+        self._in_order: IterDataset[Any] | None = None
+        split = None if sequential_slice else positional_split(parent)
+        if split is None:
+            self._pickle_parent()
+            return
+        try:
+            merged = LoaderPositionsIterDataset(
+                split.units, split.read_options, options, worker_init_fn=worker_init_fn
+            )
+        except TypeError:
+            self._pickle_parent()  # an unpicklable stage: named as the user wrote it
+            raise
+        self._in_order = split.assemble(merged)
+        # How the workers start, once pickling was tried (it may fall back to fork).
+        workers = merged._parents[0]
+        self._method, self._fork_unsafe = workers._method, workers._fork_unsafe
+
+    def _pickle_parent(self) -> None:
+        """Pickles the whole parent pipeline, for workers that run it and do not fork."""
+        if self._method == "fork" or self._payload is not None:
+            return
+        try:
+            self._payload = _start.pickled(
+                self._parents[0], self._worker_init_fn, self._start_cause
+            )
+        except TypeError as error:
+            if self._fork_unsafe is None:
+                raise  # the user asked for this method
+            _start.warn_forking_anyway(self._fork_unsafe, error)
+            self._method, self._fork_unsafe = "fork", None
 
     @property
     def _start_cause(self) -> str:
@@ -204,6 +242,12 @@ class MultiprocessPrefetchIterDataset(IterDataset[Any]):
         return f"as {_start.START_METHOD_ENV}={self._method} asks"
 
     def __iter__(self) -> DatasetIterator[Any]:
+        if self._in_order is not None:
+            return MultiprocessPrefetchIterator(self._in_order, self._per_worker_iterator)
+        return _MultiprocessIterator(self)
+
+    def _per_worker_iterator(self) -> DatasetIterator[Any]:
+        self._pickle_parent()
         return _MultiprocessIterator(self)
 
     def __repr__(self) -> str:

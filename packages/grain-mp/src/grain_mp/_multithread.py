@@ -10,10 +10,14 @@ Each thread holds at most `buffer_size` finished elements (at least one) in
 its queue, each with its pipeline's state after producing it; the consumer
 takes one element from each thread in turn, skipping threads that have ended.
 
-So the output and the state are those of ``mp_prefetch`` with as many workers:
-``{"next_worker": k, "parents": [state_0, ...]}`` (and ``"sequential_slice": 1``),
-the state of each thread's pipeline as of the last element taken. A state of
-either restores into the other. Threads help where elements wait (I/O, or code
+So the output and the state are those of ``mp_prefetch``'s per-worker
+execution with as many workers: ``{"next_worker": k, "parents": [state_0,
+...]}`` (and ``"sequential_slice": 1``), the state of each thread's pipeline as
+of the last element taken. A state of this format restores into either. Over
+a positional pipeline mp_prefetch runs in order instead (`grain_mp.
+_mp_positional`) and hands out the plain pipeline's state, which this stage
+refuses by its shape; the shared fingerprint token lets a state of this one
+continue there, per worker. Threads help where elements wait (I/O, or code
 that releases the GIL, or free-threaded Python); pure Python work wants processes.
 
 Threads are daemons that hold no reference to the iterator: closing it,
@@ -84,7 +88,7 @@ class MultithreadPrefetchIterDataset(IterDataset[Any]):
     """The parent pipeline, run in `num_threads` threads (see the module docstring)."""
 
     def _fingerprint_token(self) -> str | None:
-        return "round_robin"  # as mp_prefetch's: their states restore into each other
+        return "round_robin"  # as mp_prefetch's: its per-worker states restore here
 
     def __init__(
         self,
