@@ -96,7 +96,7 @@ SIZES["elastic"] = {
     "quick": ["--repeats", "1", "--size", "10000", "--shards", "64"],
 }
 SIZES["convert"] = {
-    "full": ["--records", "40000", "--work", "60"],
+    "full": ["--records", "40000", "--work", "60", "--repeats", "3"],
     "quick": ["--records", "4000", "--work", "10"],
 }
 # object_store starts moto and fake-gcs-server itself (SeaweedFS only by hand: --seaweed).

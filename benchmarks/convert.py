@@ -1,9 +1,9 @@
 """Conversion throughput: the single-process converter against grain.convert's executors.
 
 Usage: uv run python benchmarks/convert.py [--records 60000] [--shards 16] [--workers 2]
-       [--work 60] [--no-ray]
+       [--work 60] [--repeats 1] [--no-ray]
 
-One run, one corpus (JSON lines, `--records` records of about 100 bytes, in 4
+One corpus (JSON lines, `--records` records of about 100 bytes, in 4
 files), one CPU-bound transform (pure Python work over each record's text,
 `--work` rounds; it holds the GIL, so threads would not help), three ways:
 
@@ -15,8 +15,10 @@ files), one CPU-bound transform (pure Python work over each record's text,
   before the clock (its start-up is the separate ``ray_startup`` line: ray.init
   and the first task's round trip).
 
-Each line: records/s and MB/s (of the records read: the JSON lines' bytes),
-the wall time and, for the executors, the speedup over ``single_process``.
+Each round runs the cases in turn; each line is a case's median over
+``--repeats`` rounds (``seconds_all`` lists them): records/s and MB/s (of the
+records read: the JSON lines' bytes), the wall time and, for the executors,
+the speedup over ``single_process``'s median.
 ``ok`` says that the executors wrote the same bytes and the records read back
 equal the single process's. JSON lines on stdout, progress on stderr.
 """
@@ -31,6 +33,7 @@ import shutil
 import sys
 import tempfile
 import time
+from typing import Any
 
 from _bench_common import json_stdout
 
@@ -105,84 +108,102 @@ def _records(pattern: str) -> list[bytes]:
         return [source[i] for i in range(len(source))]
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=60_000)
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", type=int, default=60, help="rounds of the transform")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of all cases (medians)")
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray cases")
     args = parser.parse_args()
     out = json_stdout()
     root = tempfile.mkdtemp(prefix="grain-convert-bench-")
+    ray = None
     try:
         src = os.path.join(root, "in")
         size = _corpus(src, args.records)
         work = _Work(args.work)
         common = {"benchmark": "convert", "records": args.records, "shards": args.shards}
+        if not args.no_ray:
+            os.environ.update(RAY_ENV)  # before Ray is imported: it reads them once
+            import ray
 
-        def emit(case: str, seconds: float, **extra: object) -> None:
-            line = {
+            start = time.perf_counter()
+            ray.init(address="local", num_cpus=args.workers, include_dashboard=False,
+                     log_to_driver=False)  # fmt: skip
+            ray.get(ray.remote(lambda: None).remote())
+            startup_s = time.perf_counter() - start
+            print(json.dumps({**common, "case": "ray_startup", "seconds": round(startup_s, 3),
+                              "ok": True}), file=out, flush=True)  # fmt: skip
+
+        # Each round runs every case once, in turn, so that a slower spell of the shared
+        # VM touches them alike; each line is the median over the rounds.
+        seconds: dict[str, list[float]] = {}
+        ok: dict[str, bool] = {}
+        single: list[Any] = []
+        for number in range(args.repeats):
+            out_dir = os.path.join(root, f"round{number}")
+            start = time.perf_counter()
+            _single_process(src, os.path.join(out_dir, "single/x"), args.shards, work)
+            seconds.setdefault("single_process", []).append(time.perf_counter() - start)
+            single = [
+                pickle.loads(r)
+                for r in _records(os.path.join(out_dir, "single/x") + f"@{args.shards}")
+            ]
+            ok["single_process"] = ok.get("single_process", True) and len(single) == args.records
+
+            local_case = f"local_workers_{args.workers}"
+            start = time.perf_counter()
+            local = convert(
+                src, os.path.join(out_dir, "local/x"), num_shards=args.shards,
+                workers=args.workers, transform=work,
+            )  # fmt: skip
+            seconds.setdefault(local_case, []).append(time.perf_counter() - start)
+            local_ok = [pickle.loads(r) for r in _records(local.pattern)] == single
+            ok[local_case] = ok.get(local_case, True) and local_ok
+
+            if ray is not None:
+                ray_case = f"ray_{args.workers}_cpus"
+                start = time.perf_counter()
+                on_ray = convert(
+                    src, os.path.join(out_dir, "ray/x"), num_shards=args.shards,
+                    executor="ray", transform=work,
+                )  # fmt: skip
+                seconds.setdefault(ray_case, []).append(time.perf_counter() - start)
+                same = _files(on_ray.shards) == _files(local.shards)
+                ok[ray_case] = ok.get(ray_case, True) and same
+            shutil.rmtree(out_dir, ignore_errors=True)
+
+        single_s = _median(seconds["single_process"])
+        for case, values in seconds.items():
+            median = _median(values)
+            line: dict[str, Any] = {
                 **common,
                 "case": case,
-                "seconds": round(seconds, 3),
-                "records_per_s": args.records / seconds,
-                "mb_per_s": size / 1e6 / seconds,
+                "seconds": round(median, 3),
+                "seconds_all": [round(v, 3) for v in values],
+                "repeats": args.repeats,
+                "records_per_s": args.records / median,
+                "mb_per_s": size / 1e6 / median,
                 "load_avg_1min": os.getloadavg()[0],  # the 2-core VM is shared
-                **extra,
+                "ok": ok[case],
             }
+            if case != "single_process":
+                line["speedup_vs_single"] = single_s / median
+            if case.startswith("ray_"):
+                line["with_startup_speedup"] = single_s / (median + startup_s)
             print(json.dumps(line), file=out, flush=True)
-            print(f"convert: {case}: {seconds:.2f} s", file=sys.stderr)
-
-        start = time.perf_counter()
-        _single_process(src, os.path.join(root, "single/x"), args.shards, work)
-        single_s = time.perf_counter() - start
-        single_pattern = os.path.join(root, "single/x") + f"@{args.shards}"
-        single = [pickle.loads(r) for r in _records(single_pattern)]
-        emit("single_process", single_s, ok=len(single) == args.records)
-
-        start = time.perf_counter()
-        local = convert(
-            src, os.path.join(root, "local/x"), num_shards=args.shards, workers=args.workers,
-            transform=work,
-        )  # fmt: skip
-        local_s = time.perf_counter() - start
-        local_ok = [pickle.loads(r) for r in _records(local.pattern)] == single
-        emit(
-            f"local_workers_{args.workers}",
-            local_s,
-            speedup_vs_single=single_s / local_s,
-            ok=local_ok,
-        )
-        if args.no_ray:
-            return
-        os.environ.update(RAY_ENV)  # before Ray is imported: it reads them once
-        import ray
-
-        start = time.perf_counter()
-        ray.init(address="local", num_cpus=args.workers, include_dashboard=False,
-                 log_to_driver=False)  # fmt: skip
-        ray.get(ray.remote(lambda: None).remote())
-        startup_s = time.perf_counter() - start
-        print(json.dumps({**common, "case": "ray_startup", "seconds": round(startup_s, 3),
-                          "ok": True}), file=out, flush=True)  # fmt: skip
-        try:
-            start = time.perf_counter()
-            on_ray = convert(
-                src, os.path.join(root, "ray/x"), num_shards=args.shards, executor="ray",
-                transform=work,
-            )  # fmt: skip
-            ray_s = time.perf_counter() - start
-        finally:
-            ray.shutdown()
-        emit(
-            f"ray_{args.workers}_cpus",
-            ray_s,
-            speedup_vs_single=single_s / ray_s,
-            with_startup_speedup=single_s / (ray_s + startup_s),
-            ok=_files(on_ray.shards) == _files(local.shards),
-        )
+            print(f"convert: {case}: median {median:.2f} s of {values}", file=sys.stderr)
     finally:
+        if ray is not None:
+            ray.shutdown()
         shutil.rmtree(root, ignore_errors=True)
 
 
