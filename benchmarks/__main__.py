@@ -886,10 +886,11 @@ def bench_device_put(ctx: Context) -> list[Row]:
 def bench_convert(ctx: Context) -> list[Row]:
     lines, _ = ctx.run("convert", ctx.sizes("convert"))
     cases = {line["case"]: line for line in lines}
-    single = cases["single_process"]
     rows = []
     for case, line in cases.items():
         if case.startswith(("local_workers_", "ray_")) and case != "ray_startup":
+            # The single process measured in the same phase (beside Ray's daemons for Ray).
+            single = cases[line.get("reference", "single_process")]
             rows.append(
                 Row(
                     "convert",

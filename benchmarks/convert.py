@@ -15,10 +15,13 @@ files), one CPU-bound transform (pure Python work over each record's text,
   before the clock (its start-up is the separate ``ray_startup`` line: ray.init
   and the first task's round trip).
 
-Each round runs the cases in turn; each line is a case's median over
-``--repeats`` rounds (``seconds_all`` lists them): records/s and MB/s (of the
-records read: the JSON lines' bytes), the wall time and, for the executors,
-the speedup over ``single_process``'s median.
+It runs in two phases of ``--repeats`` rounds: the single process and the
+local executor in turn, then, with the Ray cluster up (its idle daemons share
+the cores), the single process again (``single_process_beside_ray``) and Ray.
+Each line is a case's median over its rounds (``seconds_all`` lists them):
+records/s and MB/s (of the records read: the JSON lines' bytes), the wall
+time and, for an executor, its speedup over the single process of its phase
+(``reference``).
 ``ok`` says that the executors wrote the same bytes and the records read back
 equal the single process's. JSON lines on stdout, progress on stderr.
 """
@@ -131,57 +134,59 @@ def main() -> None:
         size = _corpus(src, args.records)
         work = _Work(args.work)
         common = {"benchmark": "convert", "records": args.records, "shards": args.shards}
-        if not args.no_ray:
-            os.environ.update(RAY_ENV)  # before Ray is imported: it reads them once
-            import ray
 
-            start = time.perf_counter()
-            ray.init(address="local", num_cpus=args.workers, include_dashboard=False,
-                     log_to_driver=False)  # fmt: skip
-            ray.get(ray.remote(lambda: None).remote())
-            startup_s = time.perf_counter() - start
-            print(json.dumps({**common, "case": "ray_startup", "seconds": round(startup_s, 3),
-                              "ok": True}), file=out, flush=True)  # fmt: skip
-
-        # Each round runs every case once, in turn, so that a slower spell of the shared
-        # VM touches them alike; each line is the median over the rounds.
+        # Two phases, each of rounds that run their cases in turn (a slower spell of the
+        # shared VM touches them alike): the single process and the local executor, then,
+        # with a Ray cluster up (its idle daemons share the cores), the single process
+        # again and Ray. Each executor is compared with the single process of its phase.
         seconds: dict[str, list[float]] = {}
         ok: dict[str, bool] = {}
-        single: list[Any] = []
-        for number in range(args.repeats):
-            out_dir = os.path.join(root, f"round{number}")
-            start = time.perf_counter()
-            _single_process(src, os.path.join(out_dir, "single/x"), args.shards, work)
-            seconds.setdefault("single_process", []).append(time.perf_counter() - start)
-            single = [
-                pickle.loads(r)
-                for r in _records(os.path.join(out_dir, "single/x") + f"@{args.shards}")
-            ]
-            ok["single_process"] = ok.get("single_process", True) and len(single) == args.records
+        reference = {}
+        local_case = f"local_workers_{args.workers}"
+        ray_case = f"ray_{args.workers}_cpus"
+        local_shards: list[bytes] = []
+        startup_s = 0.0
+        for phase in ("local", "ray"):
+            if phase == "ray":
+                if args.no_ray:
+                    break
+                os.environ.update(RAY_ENV)  # before Ray is imported: it reads them once
+                import ray
 
-            local_case = f"local_workers_{args.workers}"
-            start = time.perf_counter()
-            local = convert(
-                src, os.path.join(out_dir, "local/x"), num_shards=args.shards,
-                workers=args.workers, transform=work,
-            )  # fmt: skip
-            seconds.setdefault(local_case, []).append(time.perf_counter() - start)
-            local_ok = [pickle.loads(r) for r in _records(local.pattern)] == single
-            ok[local_case] = ok.get(local_case, True) and local_ok
-
-            if ray is not None:
-                ray_case = f"ray_{args.workers}_cpus"
                 start = time.perf_counter()
-                on_ray = convert(
-                    src, os.path.join(out_dir, "ray/x"), num_shards=args.shards,
-                    executor="ray", transform=work,
-                )  # fmt: skip
-                seconds.setdefault(ray_case, []).append(time.perf_counter() - start)
-                same = _files(on_ray.shards) == _files(local.shards)
-                ok[ray_case] = ok.get(ray_case, True) and same
-            shutil.rmtree(out_dir, ignore_errors=True)
+                ray.init(address="local", num_cpus=args.workers, include_dashboard=False,
+                         log_to_driver=False)  # fmt: skip
+                ray.get(ray.remote(lambda: None).remote())
+                startup_s = time.perf_counter() - start
+                line = {**common, "case": "ray_startup", "seconds": round(startup_s, 3), "ok": True}
+                print(json.dumps(line), file=out, flush=True)
+            single_case = "single_process" if phase == "local" else "single_process_beside_ray"
+            reference[phase] = single_case
+            for number in range(args.repeats):
+                out_dir = os.path.join(root, f"{phase}{number}")
+                start = time.perf_counter()
+                _single_process(src, os.path.join(out_dir, "single/x"), args.shards, work)
+                seconds.setdefault(single_case, []).append(time.perf_counter() - start)
+                pattern = os.path.join(out_dir, "single/x") + f"@{args.shards}"
+                single = [pickle.loads(r) for r in _records(pattern)]
+                ok[single_case] = ok.get(single_case, True) and len(single) == args.records
 
-        single_s = _median(seconds["single_process"])
+                case = local_case if phase == "local" else ray_case
+                start = time.perf_counter()
+                result = convert(
+                    src, os.path.join(out_dir, "x/x"), num_shards=args.shards,
+                    workers=args.workers, transform=work,
+                    **({"executor": "ray"} if phase == "ray" else {}),
+                )  # fmt: skip
+                seconds.setdefault(case, []).append(time.perf_counter() - start)
+                if phase == "local":
+                    same = [pickle.loads(r) for r in _records(result.pattern)] == single
+                    local_shards = _files(result.shards)
+                else:
+                    same = _files(result.shards) == local_shards
+                ok[case] = ok.get(case, True) and same
+                shutil.rmtree(out_dir, ignore_errors=True)
+
         for case, values in seconds.items():
             median = _median(values)
             line: dict[str, Any] = {
@@ -195,10 +200,13 @@ def main() -> None:
                 "load_avg_1min": os.getloadavg()[0],  # the 2-core VM is shared
                 "ok": ok[case],
             }
-            if case != "single_process":
+            phase = "ray" if case.startswith("ray_") else "local"
+            if not case.startswith("single_"):
+                single_s = _median(seconds[reference[phase]])
+                line["reference"] = reference[phase]
                 line["speedup_vs_single"] = single_s / median
-            if case.startswith("ray_"):
-                line["with_startup_speedup"] = single_s / (median + startup_s)
+                if phase == "ray":
+                    line["with_startup_speedup"] = single_s / (median + startup_s)
             print(json.dumps(line), file=out, flush=True)
             print(f"convert: {case}: median {median:.2f} s of {values}", file=sys.stderr)
     finally:

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -241,3 +242,34 @@ def test_a_cluster_started_with_ray_start_at_its_address(head_address, corpus, t
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"to {tmp_path / 'out/train'}@16 (ray at {head_address})" in done.stdout
     assert _through_a_pipeline(f"{tmp_path / 'out/train'}@16", json.loads) == rows
+
+
+def _slow(row):
+    time.sleep(0.0001)  # about 3 s a shard: long enough for several reports
+    return row
+
+
+@pytest.mark.timeout(300)
+def test_ray_reports_the_records_of_running_shards(ray_cluster, corpus, tmp_path, monkeypatch):
+    from grain.convert import _Events
+
+    root, rows = corpus
+    seen = []
+    real = _Events.progress
+
+    def spy(self, index, records):
+        seen.append((index, records))
+        real(self, index, records)
+
+    monkeypatch.setattr(_Events, "progress", spy)
+    result = convert(
+        root / "parquet" / "part-3.parquet",  # rows 150 000 to 200 000
+        tmp_path / "out/train",
+        num_shards=2,
+        executor="ray",
+        transform=_slow,
+    )
+    assert _through_a_pipeline(result.pattern, pickle.loads) == rows[150_000:]
+    # Records within a shard, before its end: the bar moves while shards run.
+    assert any(0 < records < 25_000 for _, records in seen), seen
+    assert {index for index, _ in seen} <= {0, 1}

@@ -3,7 +3,9 @@
 Each task runs the same `run_shard` as the local executor, so the bytes of a
 shard do not depend on where it ran. A task whose worker process or node dies
 is retried by Ray (`max_retries`); an error of the data (a bad record) is not
-retried: it fails the run with the task's own message. The driver connects
+retried: it fails the run with the task's own message. Tasks report the
+records they have written to a small actor (no CPU of its own), which the
+driver reads twice a second for the progress bar. The driver connects
 to the cluster at `address` (a running cluster, "auto", or ``ray://``), or,
 without one, starts a local cluster for the run and shuts it down after it; a
 Ray already initialized by the caller is used as it is and left running.
@@ -21,6 +23,8 @@ from grain._convert_errors import ConversionError
 from grain._convert_task import run_shard
 
 INSTALL = "pip install 'grain[ray]'"
+# How often the driver looks at the progress of the running shards.
+_PROGRESS_S = 0.5
 
 
 def import_ray(local: bool = False) -> Any:
@@ -42,8 +46,25 @@ def import_ray(local: bool = False) -> Any:
     return ray
 
 
-def _task(job: dict[str, Any], shard: dict[str, Any]) -> dict[str, Any]:
-    return run_shard(job, shard)
+def _task(job: dict[str, Any], shard: dict[str, Any], progress: Any) -> dict[str, Any]:
+    index = shard["index"]
+    # Fire and forget: run_shard reports about twice a second; nothing waits on the actor.
+    return run_shard(job, shard, report=lambda records: progress.report.remote(index, records))
+
+
+class _Progress:
+    """A Ray actor holding the records each running shard has written, for the bar."""
+
+    def __init__(self) -> None:
+        self._records: dict[int, int] = {}
+
+    def report(self, index: int, records: int) -> None:
+        self._records[index] = records
+
+    def take(self) -> dict[int, int]:
+        """The reports since the last call."""
+        records, self._records = self._records, {}
+        return records
 
 
 @contextlib.contextmanager
@@ -81,19 +102,25 @@ def run_ray(
     workers: int | None = None,
     max_retries: int = 3,
 ) -> None:
-    """Runs every shard as a Ray task; ``events.done(index, marker)`` as each finishes."""
+    """Runs every shard as a Ray task; calls ``events.progress(index, records)`` about twice
+    a second per running shard and ``events.done(index, marker)`` as each finishes."""
     if not shards:
         return
     with connected(address, workers) as (ray, ours):
         remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_task)
+        # No CPU of its own: it must not hold a slot that a shard task could use.
+        progress = ray.remote(num_cpus=0)(_Progress).remote()
         job_ref = ray.put(job)
-        running = {remote.remote(job_ref, shard): shard for shard in shards}
+        running = {remote.remote(job_ref, shard, progress): shard for shard in shards}
+        pending = progress.take.remote()
         try:
             while running:
-                ready, _ = ray.wait(list(running), num_returns=1)
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=_PROGRESS_S)
                 for ref in ready:
                     shard = running.pop(ref)
                     events.done(shard["index"], _result(ray, ref, shard))
+                if pending is not None and ray.wait([pending], timeout=0)[0]:
+                    pending = _show_progress(ray, progress, pending, running, events)
         finally:
             # An error or Ctrl-C. Our own connection's shutdown ends the job's tasks; a
             # forced cancel racing a task's completion can abort the driver (seen with
@@ -102,6 +129,21 @@ def run_ray(
                 for ref in running:
                     with contextlib.suppress(Exception):
                         ray.cancel(ref)
+
+
+def _show_progress(
+    ray: Any, progress: Any, pending: Any, running: dict[Any, Any], events: Any
+) -> Any:
+    """Passes the actor's reports on; the next request to it, or None if it is gone."""
+    try:
+        reports = ray.get(pending)
+    except ray.exceptions.RayError:
+        return None  # the bar then moves by shards only; the shards are not at stake
+    unfinished = {shard["index"] for shard in running.values()}
+    for index, records in reports.items():
+        if index in unfinished:  # a report can arrive after its shard's end
+            events.progress(index, records)
+    return progress.take.remote()
 
 
 def _result(ray: Any, ref: Any, shard: dict[str, Any]) -> dict[str, Any]:
