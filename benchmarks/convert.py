@@ -175,7 +175,7 @@ def main() -> None:
                 start = time.perf_counter()
                 result = convert(
                     src, os.path.join(out_dir, "x/x"), num_shards=args.shards,
-                    workers=args.workers, transform=work,
+                    workers=args.workers, transform=work, progress=False,
                     **({"executor": "ray"} if phase == "ray" else {}),
                 )  # fmt: skip
                 seconds.setdefault(case, []).append(time.perf_counter() - start)

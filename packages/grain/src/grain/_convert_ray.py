@@ -5,7 +5,8 @@ shard do not depend on where it ran. A task whose worker process or node dies
 is retried by Ray (`max_retries`); an error of the data (a bad record) is not
 retried: it fails the run with the task's own message. Tasks report the
 records they have written to a small actor (no CPU of its own), which the
-driver reads twice a second for the progress bar. The driver connects
+driver reads twice a second for the progress bar; without a bar (progress
+off) there is no actor, whose process costs seconds to start. The driver connects
 to the cluster at `address` (a running cluster, "auto", or ``ray://``), or,
 without one, starts a local cluster for the run and shuts it down after it; a
 Ray already initialized by the caller is used as it is and left running.
@@ -47,6 +48,8 @@ def import_ray(local: bool = False) -> Any:
 
 
 def _task(job: dict[str, Any], shard: dict[str, Any], progress: Any) -> dict[str, Any]:
+    if progress is None:
+        return run_shard(job, shard)
     index = shard["index"]
     # Fire and forget: run_shard reports about twice a second; nothing waits on the actor.
     return run_shard(job, shard, report=lambda records: progress.report.remote(index, records))
@@ -108,11 +111,14 @@ def run_ray(
         return
     with connected(address, workers) as (ray, ours):
         remote = ray.remote(num_cpus=1, max_retries=max_retries, retry_exceptions=False)(_task)
+        # Only for a bar that is drawn: the actor's process costs 1-3 s of start-up here.
         # No CPU of its own: it must not hold a slot that a shard task could use.
-        progress = ray.remote(num_cpus=0)(_Progress).remote()
+        progress = None
+        if getattr(events, "shows_progress", True):
+            progress = ray.remote(num_cpus=0)(_Progress).remote()
         job_ref = ray.put(job)
         running = {remote.remote(job_ref, shard, progress): shard for shard in shards}
-        pending = progress.take.remote()
+        pending = None if progress is None else progress.take.remote()
         try:
             while running:
                 ready, _ = ray.wait(list(running), num_returns=1, timeout=_PROGRESS_S)

@@ -323,6 +323,11 @@ class _Events:
         self._bar.shards_done = sum(marker is not None for marker in markers)
         self._bar.update(self._kept)
 
+    @property
+    def shows_progress(self) -> bool:
+        """Whether a bar is drawn: without one, executors need not collect records."""
+        return bool(self._bar.enabled)
+
     def progress(self, index: int, records: int) -> None:
         self._running[index] = records
         self._bar.update(self._kept + sum(self._running.values()))
