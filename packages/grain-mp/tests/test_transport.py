@@ -483,8 +483,9 @@ def run_group(mode: str, count: int, decode: int) -> subprocess.Popen:
     )
 
 
-@pytest.mark.timeout(60)
-def test_a_killed_process_groups_segments_go_at_the_next_sweep():
+def _sweep_a_killed_group():
+    """(names, segments our sweep removed) of a SIGKILLed group, or None when another
+    process's sweep (a second pytest process starting workers) took them first."""
     # The worker ends with three segments lent (never decoded), then the parent
     # hangs: SIGKILL of the whole group leaves them, with no tracker to help.
     group = run_group("wait", count=3, decode=0)
@@ -494,15 +495,30 @@ def test_a_killed_process_groups_segments_go_at_the_next_sweep():
         assert all(map(segment_exists, names))
         os.killpg(group.pid, signal.SIGKILL)
         group.wait()
-        assert all(map(segment_exists, names))
-        assert sweep_dead_segments() >= 3
-        assert not any(map(segment_exists, names))
+        if not all(map(segment_exists, names)):
+            return None
+        removed = sweep_dead_segments()
+        if removed < 3 and not any(map(segment_exists, names)):
+            return None
+        return names, removed
     finally:
         if group.poll() is None:
             os.killpg(group.pid, signal.SIGKILL)
             group.wait()
         group.stdout.close()
         group.stderr.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_killed_process_groups_segments_go_at_the_next_sweep():
+    for _ in range(5):
+        swept = _sweep_a_killed_group()
+        if swept is not None:
+            break
+    assert swept is not None, "another process's sweep got there first five times"
+    names, removed = swept
+    assert removed >= 3
+    assert not any(map(segment_exists, names))
 
 
 @pytest.mark.timeout(60)
