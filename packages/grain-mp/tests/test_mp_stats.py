@@ -47,3 +47,16 @@ def test_the_workers_are_named_the_bottleneck_when_they_are():
     assert text[-1].startswith(f"bottleneck: stage {len(stats.stages) - 2} Multiprocess")
     assert "waiting on its workers" in text[-1]
     assert " wait " not in text[-3]  # its share is a percentage, as work
+
+
+@pytest.mark.timeout(120)
+def test_a_pipeline_whose_workers_do_everything_lists_only_the_workers():
+    # Nothing runs after the workers' reader (no IterDataset stage): the only stage
+    # listed is mp_prefetch, with every element.
+    options = MultiprocessingOptions(num_workers=2)
+    it = iter(MapDataset.range(64).map(_cheap).to_iter_dataset().mp_prefetch(options))
+    track_stats(it)
+    assert list(it) == list(range(64))
+    (workers,) = it.stats().stages
+    assert workers.name.startswith("MultiprocessPrefetchIterDataset")
+    assert workers.elements == 64

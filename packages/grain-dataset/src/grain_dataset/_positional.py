@@ -240,6 +240,10 @@ class PositionalSplit:
 
         `merged` has the state ``{"next_index": units consumed}``.
         """
+        if not self._stages and self._block is None and not self._tail and not self.drops:
+            # Nothing to undo or check: `merged` already hands out the elements and the
+            # plain pipeline's state ({"next_index": positions}); one stage less per element.
+            return merged
         top: IterDataset[Any] = InOrderIterDataset(merged, self)
         for stage in self._tail:
             top = _reparented(stage, top)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset
+from grain_mp._loader_positions import LoaderPositionsIterDataset
 
 
 class MultiprocessPrefetchIterator(DatasetIterator[Any]):
@@ -44,6 +45,10 @@ class MultiprocessPrefetchIterator(DatasetIterator[Any]):
     def __init__(self, in_order: IterDataset[Any], per_worker: Callable[[], DatasetIterator[Any]]):
         super().__init__(iter(in_order))
         self._in_order: DatasetIterator[Any] = self._parents[0]
+        if isinstance(in_order, LoaderPositionsIterDataset):
+            # No in-order stage above it (nothing to undo): statistics list the workers'
+            # reader under it, as they do when that stage hides it.
+            self._in_order.__dict__["_STATS_HIDDEN"] = True
         self._per_worker = per_worker
         self._legacy: DatasetIterator[Any] | None = None  # after a per-worker state
 
