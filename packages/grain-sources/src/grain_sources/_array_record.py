@@ -30,6 +30,7 @@ import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
 
 from grain_sources._checks import UnreadableFileError, record_index, record_indices
+from grain_sources._file_index import by_file, locate
 from grain_sources._object_store import RetryPolicy, is_url
 from grain_sources._paths import PathLike, expand
 
@@ -235,17 +236,13 @@ class ArrayRecordDataSource:
         indices = record_indices(indices, self._length, self)
         if len(self._files) == 1:
             return self._read_file(0, indices)
-        files = np.searchsorted(self._ends, indices, side="right")
+        files, local = locate(self._ends, self._starts, indices)
         first = int(files[0]) if len(files) else 0
         if not len(files) or (files == first).all():
-            return self._read_file(first, indices - self._starts[first])
-        order = np.argsort(files, kind="stable")
-        sorted_files = files[order]
-        cuts = np.flatnonzero(sorted_files[1:] != sorted_files[:-1]) + 1
+            return self._read_file(first, local)
         out = np.empty(len(indices), dtype=object)
-        for group in np.split(order, cuts):
-            file = int(files[group[0]])
-            out[group] = self._read_file(file, indices[group] - self._starts[file])
+        for file, group in by_file(files):
+            out[group] = self._read_file(file, local[group])
         return out.tolist()
 
     def _read_file(self, file: int, records: np.ndarray) -> list[bytes]:

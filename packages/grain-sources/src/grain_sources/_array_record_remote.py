@@ -34,6 +34,7 @@ from grain_sources import _riegeli
 from grain_sources._array_record import ArrayRecordDataSource
 from grain_sources._array_record_index import FileIndex, open_index
 from grain_sources._checks import record_index, record_indices
+from grain_sources._file_index import by_file, locate
 from grain_sources._object_store import ObjectStore, RetryPolicy, default_store, protocol_of
 from grain_sources._paths import expand_urls
 
@@ -165,16 +166,14 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
 
     def _locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per index (checked, >= 0): its file, its chunk there, its record in that chunk."""
-        files = np.searchsorted(self._ends, indices, side="right")
-        local = indices - self._starts[files]
+        files, local = locate(self._ends, self._starts, indices)
         chunks = np.empty_like(indices)
         within = np.empty_like(indices)
-        for file in np.unique(files).tolist():
-            where = files == file
+        for file, group in by_file(files):
             ends = self._indexes[file].record_ends
-            found = np.searchsorted(ends, local[where], side="right")
-            chunks[where] = found
-            within[where] = local[where] - np.where(found > 0, ends[found - 1], 0)
+            found = np.searchsorted(ends, local[group], side="right")
+            chunks[group] = found
+            within[group] = local[group] - np.where(found > 0, ends[found - 1], 0)
         return files, chunks, within
 
     def _chunks(self, files: list[int], chunks: list[int]) -> list[tuple[bytes, list[int]]]:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from grain_sources._checks import NoSuchFileError, record_index, record_indices
+from grain_sources._file_index import by_file, locate
 from grain_sources._object_store import ObjectStore, protocol_of
 from grain_sources._paths import expand, expand_urls
 from grain_sources._range_file import remote, store_for
@@ -212,14 +213,12 @@ class TFRecordDataSource:
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[bytes]:
         """The records at `indices`, one concurrent round trip for all of them."""
         indices = record_indices(indices, self._length, self)
-        files = np.searchsorted(self._ends, indices, side="right")
-        local = indices - self._starts[files]
+        files, local = locate(self._ends, self._starts, indices)
         begins = np.empty_like(indices)
         ends = np.empty_like(indices)
-        for file in np.unique(files).tolist():
-            where = files == file
-            begins[where] = self._offsets[file][local[where]]
-            ends[where] = self._offsets[file][local[where] + 1]
+        for file, group in by_file(files):
+            begins[group] = self._offsets[file][local[group]]
+            ends[group] = self._offsets[file][local[group] + 1]
         requests = [
             (self._files[f], b, e - b)
             for f, b, e in zip(files.tolist(), begins.tolist(), ends.tolist(), strict=True)
