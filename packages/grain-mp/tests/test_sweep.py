@@ -28,7 +28,6 @@ from grain_mp._sweep import (
     remove_segments,
     segment_exists,
     segment_names,
-    sweep_dead_segments,
     unlink_segment,
 )
 
@@ -187,40 +186,27 @@ def _close(process):
     process.stdin.close()
 
 
-def _sweep_a_killed_producer():
-    """Starts a producer, SIGKILLs it, sweeps: (its names, segments our sweep removed), or
-    None when another process's sweep took them first (a second pytest process starting
-    workers sweeps dead runs too, as two jobs on one machine do)."""
+def _kill_a_producer():
+    """Starts a producer and SIGKILLs it: the names of the segments it made."""
     doomed = start_python(PRODUCER)
     try:
         names = json.loads(doomed.stdout.readline())
         assert all(map(segment_exists, names))
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.wait()
-        # SIGKILL ran no cleanup: the segments are still there, unless someone swept.
-        if not all(map(segment_exists, names)):
-            return None
-        removed = sweep_dead_segments()
-        if removed < len(names) and not any(map(segment_exists, names)):
-            return None  # someone else's sweep took some between our check and ours
-        return names, removed
+        return names
     finally:
         _close(doomed)
 
 
 @pytest.mark.timeout(60)
-def test_sweep_removes_a_killed_groups_segments_and_spares_the_living():
+def test_sweep_removes_a_killed_groups_segments_and_spares_the_living(own_sweep):
     living = start_python(PRODUCER)
     mine, my_mapping = create_unique_segment(10)
     try:
         living_names = json.loads(living.stdout.readline())
         assert all(map(segment_exists, living_names))
-        for _ in range(5):
-            swept = _sweep_a_killed_producer()
-            if swept is not None:
-                break
-        assert swept is not None, "another process's sweep got there first five times"
-        doomed_names, removed = swept
+        doomed_names, removed = own_sweep(_kill_a_producer)
 
         assert removed >= len(doomed_names)
         assert not any(map(segment_exists, doomed_names))

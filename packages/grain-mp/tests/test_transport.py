@@ -28,7 +28,6 @@ from grain_mp._sweep import (
     parse_segment_name,
     segment_exists,
     segment_names,
-    sweep_dead_segments,
 )
 from grain_mp._transport import MIN_SEGMENT_BYTES, Payload, SegmentPool, SegmentReader
 
@@ -483,9 +482,8 @@ def run_group(mode: str, count: int, decode: int) -> subprocess.Popen:
     )
 
 
-def _sweep_a_killed_group():
-    """(names, segments our sweep removed) of a SIGKILLed group, or None when another
-    process's sweep (a second pytest process starting workers) took them first."""
+def _kill_a_group():
+    """The names of the three segments a SIGKILLed group left."""
     # The worker ends with three segments lent (never decoded), then the parent
     # hangs: SIGKILL of the whole group leaves them, with no tracker to help.
     group = run_group("wait", count=3, decode=0)
@@ -495,12 +493,7 @@ def _sweep_a_killed_group():
         assert all(map(segment_exists, names))
         os.killpg(group.pid, signal.SIGKILL)
         group.wait()
-        if not all(map(segment_exists, names)):
-            return None
-        removed = sweep_dead_segments()
-        if removed < 3 and not any(map(segment_exists, names)):
-            return None
-        return names, removed
+        return names
     finally:
         if group.poll() is None:
             os.killpg(group.pid, signal.SIGKILL)
@@ -510,13 +503,8 @@ def _sweep_a_killed_group():
 
 
 @pytest.mark.timeout(60)
-def test_a_killed_process_groups_segments_go_at_the_next_sweep():
-    for _ in range(5):
-        swept = _sweep_a_killed_group()
-        if swept is not None:
-            break
-    assert swept is not None, "another process's sweep got there first five times"
-    names, removed = swept
+def test_a_killed_process_groups_segments_go_at_the_next_sweep(own_sweep):
+    names, removed = own_sweep(_kill_a_group)
     assert removed >= 3
     assert not any(map(segment_exists, names))
 

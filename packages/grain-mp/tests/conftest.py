@@ -1,0 +1,30 @@
+"""Fixtures shared by grain-mp's tests."""
+
+import pytest
+
+from grain_mp._sweep import segment_exists, sweep_dead_segments
+
+
+@pytest.fixture
+def own_sweep():
+    """`own_sweep(kill)`: the names `kill()` returns (segments a group it started and
+    SIGKILLed left behind) and the count our `sweep_dead_segments()` removed after it.
+
+    Another process's sweep may take them first (a second pytest process starting
+    workers sweeps dead runs too, as a second job on one machine would); then `kill`
+    runs again, up to five times, so that the sweep checked is this one.
+    """
+
+    def sweep(kill):
+        for _ in range(5):
+            names = kill()
+            # SIGKILL ran no cleanup: the segments are still there, unless someone swept.
+            if not all(map(segment_exists, names)):
+                continue
+            removed = sweep_dead_segments()
+            if removed < len(names) and not any(map(segment_exists, names)):
+                continue  # someone else's sweep took some between our check and ours
+            return names, removed
+        pytest.fail("another process's sweep took the killed group's segments five times")
+
+    return sweep
