@@ -776,23 +776,7 @@ def test_mix_of_seven_tenths_and_three_tenths():
         assert abs(values[:length].count("a") - 0.7 * length) <= 1
 
 
-@given(
-    lengths=st.lists(st.integers(1, 15), min_size=1, max_size=3),
-    data=st.data(),
-)
-@settings(max_examples=40, deadline=None)
-def test_epoch_e_of_a_mix_reads_epoch_e_of_every_component(lengths, data):
-    weights = data.draw(st.lists(st.integers(1, 4), min_size=len(lengths), max_size=len(lengths)))
-    shuffled = [MapDataset.range(n).shuffle(seed=data.draw(seeds)) for n in lengths]
-    # Tag each element with its component and the index the mix read it at.
-    tagged = [part.map_with_index(lambda i, x, j=j: (j, i, x)) for j, part in enumerate(shuffled)]
-    ds = MapDataset.mix(tagged, weights)
-    first = epoch(ds, 0)
-    for e in (1, 2, 1000):
-        for (j, i, x), (j0, i0, _) in zip(epoch(ds, e), first, strict=True):
-            assert j == j0, "the schedule differs between epochs"
-            assert i == e * lengths[j] + i0, "not epoch e of the component"
-            assert x == shuffled[j][i]
+# Reads past a mix's first epoch: test_mix_epochs.py.
 
 
 def test_mix_of_repeated_components_is_infinite():

@@ -2,8 +2,16 @@
 
 All three turn an index into (component, index within the component) with
 integer arithmetic, vectorized over a batch of indices, then ask each
-component once for its share. Epoch e of the result reads epoch e of each
-component, so shuffled components reshuffle with it.
+component once for its share. An index within a component may pass its
+length: the component then reads its own later epoch, so shuffled components
+reshuffle.
+
+Epoch e of a concatenation reads epoch e of each component. A mix does not
+restart its components at each mixed epoch: its schedule is one endless
+sequence cut at the first epoch's length, and index p past that length reads
+the schedule on, so each component continues where it stopped (Grain's rule;
+docs/index_math.md). Restarting them would never read the records of the
+longer components that the first mixed epoch left out.
 """
 
 from __future__ import annotations
@@ -174,29 +182,21 @@ class MixedMapDataset(MapStage):
     def __len__(self) -> int:
         return self._length
 
+    # The k-th read of a component is its index k for every position, in the
+    # first mixed epoch or past it: k never exceeds the position, so int64 holds it.
     def _getitem(self, index: int) -> Any:
-        component, within = self._schedule.lookup_epochs(index, self._lengths)
+        component, within = self._schedule.lookup(index)
         return self._datasets[component]._getitem(within)
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        if not self._length:
-            raise IndexError("the dataset is empty: a component with weight > 0 is empty.")
-        try:
-            components, within = self._schedule.lookup_epochs_array(indices, self._lengths)
-        except OverflowError:
-            return super()._getitems(indices)
+        components, within = self._schedule.lookup_array(indices)
         return _gather(self._datasets, components, within)
 
     def _gatherable(self) -> bool:
         return all(ds._gatherable() for ds in self._datasets)
 
     def _gather(self, indices: np.ndarray) -> Any:
-        if not self._length:
-            return NotImplemented
-        try:
-            components, within = self._schedule.lookup_epochs_array(indices, self._lengths)
-        except OverflowError:
-            return NotImplemented
+        components, within = self._schedule.lookup_array(indices)
         return _gather_stacked(self._datasets, components, within)
 
     def _describe(self) -> str:

@@ -17,6 +17,15 @@ falling behind. So every prefix of length L holds component j
 floor(L * W_j / S) or ceil(L * W_j / S) times: within one of its exact share.
 The schedule is built once per weight vector (O(S log S)); afterwards a lookup
 is O(1): ``divmod(position, S)`` and two table reads, scalar or vectorized.
+
+Mixed epochs do not restart anything. `epoch_length` is where the first
+component runs out, but position p past it is looked up like any other: the
+schedule is one endless sequence, and the index it gives for component j is
+j's read count so far, which grows past len(j) into j's own later epochs
+(index // len(j)) at offset index % len(j). Each component is therefore read in
+order from where the previous mixed epoch left it, and over any number of
+mixed epochs none of its records is skipped (Grain 0.2.18 reads a mix the same
+way).
 """
 
 from __future__ import annotations
@@ -100,6 +109,7 @@ class MixingSchedule:
         schedule.lookup(5)                    # (component, index within component)
         components, indices = schedule.lookup_array(np.arange(100))
         schedule.epoch_length([5, 3])         # how long one mixed epoch is
+        schedule.lookup(7)                    # past it: (0, 5), component 0 reads on
     """
 
     def __init__(self, weights: Sequence[float]):
@@ -180,56 +190,12 @@ class MixingSchedule:
         """Length of one mixed epoch: the shortest component scaled by its weight.
 
         The epoch ends when the component that runs out first (its length over
-        its share) is used up; the rest of the others is not part of it. The
-        result is capped at ``sys.maxsize``, the length of an infinite dataset.
+        its share) is used up; the rest of the others is read by the next mixed
+        epochs, as `lookup` continues past this length. The result is capped at
+        ``sys.maxsize``, the length of an infinite dataset.
         """
         values = self._check_lengths(lengths)
         return min(
             sys.maxsize,
             *(n * self._period // w for n, w in zip(values, self._weights, strict=True) if w),
         )
-
-    def _nonempty_epoch_length(self, values: list[int]) -> int:
-        length = self.epoch_length(values)
-        if length == 0:
-            raise ValueError(
-                f"a mixed epoch is empty: a component with weight > 0 has length 0 "
-                f"(lengths={values})."
-            )
-        return length
-
-    def _component_epoch_sizes(self, values: list[int], length: int) -> list[int]:
-        # An infinite component (sys.maxsize) has no epochs to restart: the
-        # mixture continues through it, each mixed epoch taking its share.
-        return [self.count(j, length) if n >= sys.maxsize else n for j, n in enumerate(values)]
-
-    def lookup_epochs(self, position: int, lengths: Sequence[int]) -> tuple[int, int]:
-        """`lookup` with epochs: mixed epoch e reads epoch e of every component.
-
-        Returns (component, index into that component), where the index is
-        ``e * len(component) + k`` for the k-th element of the component in
-        mixed epoch e, so a component that reshuffles per epoch does so here too.
-        """
-        values = self._check_lengths(lengths)
-        length = self._nonempty_epoch_length(values)
-        epoch, offset = divmod(_validate.int_in_range(position, "position", 0), length)
-        component, index = self.lookup(offset)
-        return component, epoch * self._component_epoch_sizes(values, length)[component] + index
-
-    def lookup_epochs_array(
-        self, positions: Any, lengths: Sequence[int]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorized `lookup_epochs`."""
-        values = self._check_lengths(lengths)
-        length = self._nonempty_epoch_length(values)
-        array = _validate.index_array(positions, "positions").astype(np.int64)
-        if array.size and int(array.min()) < 0:
-            raise ValueError(f"`positions` must be >= 0, got {int(array.min())}.")
-        epochs, offsets = np.divmod(array, length)
-        components, indices = self.lookup_array(offsets)
-        sizes = self._component_epoch_sizes(values, length)
-        if array.size and int(epochs.max()) * max(sizes) >= 1 << 63:
-            raise OverflowError(
-                "component indices of these positions exceed int64; use `lookup_epochs`."
-            )
-        return components, epochs * np.asarray(sizes, dtype=np.int64)[components] + indices
