@@ -224,6 +224,14 @@ RULES: list[Rule] = [
     Rule("bad.map.shuffle.seed_kw=np_uint32_max", ("order-only",), SHUFFLE_ALGO),
     Rule("bad.map.shuffle_infinite", ("value",), SHUFFLE_ALGO),
     Rule(
+        "mixep.shuffle_order.same_seed",
+        ("order-only",),
+        "stated difference (docs/compatibility.md shows this very call): the same seed gives "
+        "another order here, from our own keyed index shuffle (grain-index SHUFFLE.md); the same "
+        "elements come out (mixep.shuffle_order.same_seed_multiset agrees), and the order is the "
+        "same on every run for that seed and changes with the seed and the epoch",
+    ),
+    Rule(
         "map.mix.float_weights",
         ("value",),
         "MapDataset.mix order: ours uses its documented earliest-deadline-first schedule "
