@@ -260,7 +260,9 @@ class MapDataset(_Dataset, Generic[T]):
         """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
 
         An epoch ends when the component that runs out first (for its weight) is
-        used up; repeat the components first for an endless mixture.
+        used up; repeat the components first for an endless mixture. Read past
+        that length (an index, ``.repeat()``), each component continues where it
+        stopped, so the records the first epoch left out are read next.
 
         Example::
 
