@@ -18,7 +18,7 @@ Then a script in that environment, run outside the checkout, checks that exactly
 the layer and the grain packages below it are installed, from wheels (no
 editable install, no path into the checkout), and runs a pipeline of that layer.
 `grain` without its extra has no jax, runs the basic tutorial and names the
-extra where a JAX name is used; `grain[jax]` adds device_put.
+extra where a JAX name is used; `grainline[jax]` adds device_put.
 """
 
 import email
@@ -44,7 +44,7 @@ CLOSURE = {
     "grain-mp": {"grain-index", "grain-sources", "grain-dataset", "grain-mp"},
     "grain-jax": {"grain-index", "grain-sources", "grain-dataset", "grain-jax"},
     "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain"},
-    "grain[jax]": set(LAYERS),
+    "grainline[jax]": set(LAYERS),
 }
 
 # Shared by every check script: what is installed, and from where.
@@ -124,7 +124,7 @@ import grain
 try:
     grain.experimental.device_put
 except ImportError as error:
-    assert 'pip install "grain[jax]"' in str(error), error
+    assert 'pip install "grainline[jax]"' in str(error), error
 else:
     raise AssertionError("grain.experimental.device_put resolved without jax")
 runpy.run_path(sys.argv[3], run_name="__main__")  # the basic tutorial
@@ -134,7 +134,7 @@ version = subprocess.run(
 )
 assert "0.1.0" in version.stdout, version
 """,
-    "grain[jax]": """
+    "grainline[jax]": """
 import grain, jax, numpy as np
 ds = grain.MapDataset.range(8).batch(4).to_iter_dataset()
 out = list(grain.experimental.device_put(ds, jax.devices("cpu")[0]))
@@ -201,7 +201,7 @@ def test_every_sibling_requirement_is_a_compatible_range(wheels):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("layer", [*LAYERS, "grain[jax]"])
+@pytest.mark.parametrize("layer", [*LAYERS, "grainline[jax]"])
 def test_layer_installs_from_wheels_and_runs_a_pipeline(layer, wheels, tmp_path):
     project, _, extra = layer.partition("[")
     venv = tmp_path / "venv"
