@@ -25,8 +25,10 @@ def implementation() -> str:
 
 
 def grain_version() -> str:
+    # The distribution behind `import grain`: ours is `grainline`, upstream's is `grain`.
+    distribution = "grainline" if implementation() == "ours" else "grain"
     try:
-        return importlib.metadata.version("grain")
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
 

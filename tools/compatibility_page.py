@@ -209,6 +209,30 @@ def harness_summary() -> str:
     return "\n".join(lines) + "\n"
 
 
+COMING_FROM_GRAIN = """## Coming from Grain: install `grainline`, import `grain`
+
+- **The install name is `grainline`.** Google's Grain is the distribution
+  `grain` on the registry; this library is `grainline` (`pip install grainline`,
+  `pip install "grainline[jax]"`, `grainline[ray]`). The import name (`grain`,
+  `grain.python`), the `grain` command and the extras are unchanged, so only
+  `pip install` lines and requirement files change.
+- **Keep one of the two installed.** Both distributions write the `grain`
+  import package. pip installs one over the other without complaint: the one
+  installed last replaces every file both ship, and uninstalling either one
+  deletes files the other needs (uninstalling only `grain` leaves `import grain`
+  an empty namespace package). Fix it with
+  `pip uninstall -y grain grainline && pip install grainline`.
+- **What you see.** When `grainline` was installed last (Grain was there, then
+  `pip install grainline`), `import grain` warns once with
+  `grain.GrainDistributionConflictWarning`, naming both versions and the fix
+  above; with `filterwarnings = error` in a test suite, the import fails. When
+  Google's `grain` was installed last (another project's requirements name
+  `grain`), `import grain` runs Google's code, or fails if its dependencies are
+  missing, and none of ours runs to say so; `pip show grain` finding it is the
+  sign.
+"""
+
+
 def main() -> int:
     api, notes = load_api(), load_notes()
     by_namespace: dict[str, list[tuple[str, str, str]]] = collections.defaultdict(list)
@@ -219,7 +243,8 @@ def main() -> int:
         state, note = status(name, info, notes)
         totals[state] += 1
         by_namespace[namespace].append((name, state, note))
-    out = [INTRO, examples_section(notes), "## Summary\n"]
+    out = [INTRO, COMING_FROM_GRAIN, examples_section(notes), "## Summary
+"]
     out.append(
         f"{sum(totals.values())} public names and methods of Grain 0.2.18: "
         + ", ".join(f"{count} {state}" for state, count in sorted(totals.items()))

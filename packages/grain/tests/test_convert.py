@@ -366,7 +366,7 @@ def test_the_ray_executor_without_ray_says_what_to_install(tmp_path, monkeypatch
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     code = main(["convert", str(tmp_path / "in"), str(tmp_path / "x"), "--executor", "ray"])
     assert code == 1
-    assert "pip install 'grain[ray]'" in capsys.readouterr().err
+    assert "pip install 'grainline[ray]'" in capsys.readouterr().err
 
 
 def test_bad_arguments_name_the_argument(tmp_path):

@@ -15,6 +15,8 @@ EXPORTS = {
         "DataLoader",
         "DataLoaderIterator",
         "DatasetIterator",
+        # Ours: `import grain` warns with it when Google's `grain` is installed too.
+        "GrainDistributionConflictWarning",
         "IterDataset",
         "MapDataset",
         "MultiprocessingOptions",

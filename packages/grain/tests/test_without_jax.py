@@ -1,10 +1,10 @@
 """`import grain` without the `jax` extra: every namespace imports, the JAX names
-stay in their places and raise an ImportError naming `pip install "grain[jax]"`.
+stay in their places and raise an ImportError naming `pip install "grainline[jax]"`.
 
 The workspace has jax installed, so each test runs a child interpreter in which
 grain_jax, jax and orbax cannot be found (a meta-path finder that refuses them,
 as an environment without them would). integration_tests/test_wheels.py checks
-the same on a real `pip install grain` from the wheels.
+the same on a real `pip install grainline` from the wheels.
 """
 
 import json
@@ -75,7 +75,7 @@ def test_jax_names_say_how_to_install_them():
     report = _run(_WITHOUT_JAX + _PROBE)
     for name, error in report["errors"].items():
         assert error is not None, f"{name} did not raise ImportError without jax"
-        assert 'pip install "grain[jax]"' in error, (name, error)
+        assert 'pip install "grainline[jax]"' in error, (name, error)
         assert "grain_jax" in error, (name, error)
     assert sorted(x for b in report["batches"] for x in b) == list(range(0, 20, 2))
     assert report["dir"]
@@ -97,6 +97,6 @@ def test_a_broken_jax_install_is_not_disguised_as_a_missing_extra():
         "try:\n"
         "    grain.checkpoint.CheckpointSave\n"
         "except ModuleNotFoundError as error:\n"
-        "    print(error.name, 'grain[jax]' in str(error))\n"
+        "    print(error.name, 'grainline[jax]' in str(error))\n"
     )
     assert _stdout(code).split() == ["tensorstore", "False"]

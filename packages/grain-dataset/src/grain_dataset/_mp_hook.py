@@ -20,7 +20,7 @@ def _mp_prefetch(parent: Any, options: Any, worker_init_fn: Any, sequential_slic
     except ImportError as error:
         raise ImportError(
             "`mp_prefetch` runs pipelines in worker processes, which the grain-mp package "
-            "provides; install it (`pip install grain-mp`, or `pip install grain` for "
+            "provides; install it (`pip install grain-mp`, or `pip install grainline` for "
             f"everything). Import failed with: {error}"
         ) from error
     return module.mp_prefetch(parent, options, worker_init_fn, sequential_slice)

@@ -1,9 +1,13 @@
 """grain: fast, deterministic, preemption-proof input pipelines for JAX.
 
+Installed as the distribution `grainline` (`pip install grainline`; Google's
+Grain is `grain` on the registry); `import grain` warns once when Google's `grain`
+is installed too (grain._distribution says why it matters).
+
 Layout: the public namespace only. It re-exports the layers below it and
 defines no behaviour of its own apart from the `grain` command-line tool and
 the conversion behind `grain convert` (`grain.convert`, imported on demand;
-its `ray` executor needs the `grain[ray]` extra):
+its `ray` executor needs the `grainline[ray]` extra):
 
   grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
   grain_sources  data sources                                         (built)
@@ -30,6 +34,9 @@ from grain import samplers as samplers
 from grain import sharding as sharding
 from grain import sources as sources
 from grain import transforms as transforms
+from grain._distribution import DISTRIBUTION as _DISTRIBUTION
+from grain._distribution import GrainDistributionConflictWarning as GrainDistributionConflictWarning
+from grain._distribution import _warn_if_conflicting
 from grain_dataset import DatasetIterator as DatasetIterator
 from grain_dataset import IterDataset as IterDataset
 from grain_dataset import MapDataset as MapDataset
@@ -43,9 +50,10 @@ from grain_mp import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp import load as load
 
 try:
-    __version__: str = _metadata.version("grain")
+    __version__: str = _metadata.version(_DISTRIBUTION)
 except _metadata.PackageNotFoundError:  # run from a source tree without installing
     __version__ = "0.0.0"
+_warn_if_conflicting(__version__)
 __version_info__: tuple[int, ...] = tuple(
     int(part) for part in __version__.split(".")[:3] if part.isdigit()
 )
@@ -54,6 +62,7 @@ __all__ = [
     "DataLoader",
     "DataLoaderIterator",
     "DatasetIterator",
+    "GrainDistributionConflictWarning",
     "IterDataset",
     "MapDataset",
     "MultiprocessingOptions",

@@ -74,7 +74,7 @@ The plan (which records each shard holds) is computed from the input's
 metadata and written first, to DEST.plan.json. Each shard is then written by
 one task, on worker processes here (--executor local, the default) or as Ray
 tasks (--executor ray, on the cluster at --ray-address or a local one; needs
-pip install 'grain[ray]'): to a temporary name, read back and checked (count
+pip install 'grainline[ray]'): to a temporary name, read back and checked (count
 and checksum), renamed, and marked done (SHARD.done). Both executors write
 the same bytes. If a run stops (Ctrl-C, a lost machine), run the same command
 with --resume: shards whose marker matches the plan are kept, the rest are

@@ -23,7 +23,7 @@ from typing import Any
 from grain._convert_errors import ConversionError
 from grain._convert_task import run_shard
 
-INSTALL = "pip install 'grain[ray]'"
+INSTALL = "pip install 'grainline[ray]'"
 # How often the driver looks at the progress of the running shards.
 _PROGRESS_S = 0.5
 

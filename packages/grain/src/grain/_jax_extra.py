@@ -1,6 +1,6 @@
 """The names that need the `jax` extra: grain-jax, with jax and orbax-checkpoint.
 
-`pip install grain` installs the layers up to grain-mp; `pip install "grain[jax]"`
+`pip install grainline` installs the layers up to grain-mp; `pip install "grainline[jax]"`
 adds grain-jax. The JAX names keep their places in every namespace
 (`grain.experimental.device_put`, `grain.checkpoint.CheckpointSave`,
 `grain.sharding.ShardByJaxProcess`, ...) and are looked up on first use, so that
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-INSTALL_HINT = 'pip install "grain[jax]"'
+INSTALL_HINT = 'pip install "grainline[jax]"'
 
 # What a missing extra looks like: one of these top-level modules does not import.
 _EXTRA_MODULES = frozenset({"grain_jax", "jax", "jaxlib", "orbax"})

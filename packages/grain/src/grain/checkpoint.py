@@ -4,7 +4,7 @@
 ``mngr.restore(step, args=grain.checkpoint.CheckpointRestore(it))`` on an
 ``orbax.checkpoint.CheckpointManager``; each process writes its own
 ``process_<i>-of-<n>.json``. Orbax is imported on first use of these names,
-not by ``import grain``. They come with ``pip install "grain[jax]"``; without it
+not by ``import grain``. They come with ``pip install "grainline[jax]"``; without it
 they raise an ImportError that says so.
 """
 

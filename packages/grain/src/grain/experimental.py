@@ -1,6 +1,6 @@
 """grain.experimental: APIs that may still change.
 
-`device_put` and `make_global_batch` come with `pip install "grain[jax]"`;
+`device_put` and `make_global_batch` come with `pip install "grainline[jax]"`;
 without it they raise an ImportError that says so.
 """
 
@@ -58,7 +58,7 @@ if _TYPE_CHECKING:
     from grain_jax import device_put as device_put
     from grain_jax import make_global_batch as make_global_batch
 
-# Installed with `pip install "grain[jax]"`; looked up on first use (grain._jax_extra).
+# Installed with `pip install "grainline[jax]"`; looked up on first use (grain._jax_extra).
 _JAX_NAMES = frozenset({"device_put", "make_global_batch"})
 
 __all__ = [

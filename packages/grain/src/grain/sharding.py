@@ -1,6 +1,6 @@
 """grain.sharding: splitting records over hosts.
 
-`ShardByJaxProcess` comes with `pip install "grain[jax]"`; without it the name
+`ShardByJaxProcess` comes with `pip install "grainline[jax]"`; without it the name
 raises an ImportError that says so.
 """
 

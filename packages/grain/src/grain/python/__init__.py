@@ -2,8 +2,8 @@
 
 The Orbax names (`PyGrainCheckpointSave`, ... and the guide's `GrainCheckpointSave`,
 ...) and `ShardByJaxProcess` load grain-jax on first use, not at import; without
-`pip install "grain[jax]"` they raise an ImportError that says so. `grain.python.experimental` is
-`grain.experimental` under Grain's second name.
+`pip install "grainline[jax]"` they raise an ImportError that says so.
+`grain.python.experimental` is `grain.experimental` under Grain's second name.
 """
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
@@ -65,7 +65,7 @@ if _TYPE_CHECKING:
     from grain_jax import ShardByJaxProcess as ShardByJaxProcess
 
 # Upstream's grain.python names, then the DataLoader guide's: the same three objects;
-# and ShardByJaxProcess. All need `pip install "grain[jax]"`.
+# and ShardByJaxProcess. All need `pip install "grainline[jax]"`.
 _JAX_NAMES = {
     "ShardByJaxProcess": "ShardByJaxProcess",
     "PyGrainCheckpointHandler": "CheckpointHandler",

@@ -10,7 +10,7 @@ if _TYPE_CHECKING:
 
 __all__ = list(_experimental.__all__)
 
-# Every name but the JAX ones, which need `grain[jax]` and are looked up on first use.
+# Every name but the JAX ones, which need `grainline[jax]` and are looked up on first use.
 globals().update(
     {name: getattr(_experimental, name) for name in __all__ if name not in _experimental._JAX_NAMES}
 )
