@@ -243,8 +243,7 @@ def main() -> int:
         state, note = status(name, info, notes)
         totals[state] += 1
         by_namespace[namespace].append((name, state, note))
-    out = [INTRO, COMING_FROM_GRAIN, examples_section(notes), "## Summary
-"]
+    out = [INTRO, COMING_FROM_GRAIN, examples_section(notes), "## Summary\n"]
     out.append(
         f"{sum(totals.values())} public names and methods of Grain 0.2.18: "
         + ", ".join(f"{count} {state}" for state, count in sorted(totals.items()))
