@@ -28,6 +28,13 @@ import numpy as np
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
 from grain_dataset._guard import NextHook, guard, hook_methods, unguard
+from grain_dataset._subclassing import (
+    NO_STATS,
+    MultiprocessingContext,
+    NoStats,
+    OneParent,
+    accepting_sequences,
+)
 from grain_dataset._worker_slice import creating_slice
 from grain_index import checks, derive_seed
 
@@ -90,7 +97,18 @@ def _missing_attribute(obj: Any, name: str) -> AttributeError:
 
 
 class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' methods
-    """What MapDataset and IterDataset share: parents, seeds and `pipe`."""
+    """What MapDataset and IterDataset share: parents, seeds and `pipe`.
+
+    Subclasses read ``self._parents`` (a tuple), ``self._parent`` (the one
+    parent; AssertionError with none or several) and ``self._default_seed``,
+    as in Grain (see grain_dataset._subclassing).
+    """
+
+    if TYPE_CHECKING:
+        _parent: Any
+    else:
+        _parent = OneParent()
+    _stats: NoStats = NO_STATS
 
     def __init__(self, parents: Any = ()):
         self._parents = _as_parents(parents)
@@ -138,11 +156,21 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         return self._parents
 
     @property
-    def _default_seed(self) -> int | None:
-        """This stage's seed under `ds.seed(...)`, from its position in the pipeline."""
+    def _stage_seed(self) -> int | None:
+        """This stage's 64-bit seed under `ds.seed(...)`, from its position in the pipeline."""
         if self._seed_base is None:
             return None
         return derive_seed(self._seed_base, "default_seed", self._depth)
+
+    @property
+    def _default_seed(self) -> int | None:
+        """This stage's seed under `ds.seed(...)` for a subclass, as Grain documents it.
+
+        An int in [0, 2**32) (None without `ds.seed` upstream), so that it is a
+        valid ``seed=`` of any random transformation, as Grain's is.
+        """
+        seed = self._stage_seed
+        return None if seed is None else seed >> 32
 
     def __str__(self) -> str:
         """The pipeline, one stage per line from the source to this dataset."""
@@ -230,6 +258,12 @@ class MapDataset(_Dataset, Generic[T]):
         list(Squares(4).map(lambda x: x + 1))  # [1, 2, 5, 10]
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("_getitems")
+        if own is not None:
+            cls._getitems = accepting_sequences(own)  # type: ignore[method-assign]
+
     # -- factories -----------------------------------------------------------------
 
     @staticmethod
@@ -296,8 +330,13 @@ class MapDataset(_Dataset, Generic[T]):
         """Element `index` (an int >= 0); built-in stages override this, not __getitem__."""
         return self[index]
 
+    @accepting_sequences
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        """Elements at `indices` (int64 array); stages that can vectorize override this."""
+        """Elements at `indices`; stages that can vectorize override this.
+
+        Every override receives an int64 array; a caller may pass any sequence
+        of ints, as Grain's subclasses do (grain_dataset._subclassing).
+        """
         return [self._getitem(index) for index in indices.tolist()]
 
     def _gatherable(self) -> bool:
@@ -552,6 +591,14 @@ class _IteratorContext:
         self.dataset_options = dataset_options
         self.worker_slice = worker_slice
 
+    @property
+    def mp_context(self) -> MultiprocessingContext:
+        """Which worker of how many runs this pipeline (Grain's name for the worker slice)."""
+        if self.worker_slice is None:
+            return MultiprocessingContext()
+        index, count, _ = self.worker_slice
+        return MultiprocessingContext(process_index=index, process_count=count)
+
 
 class DatasetIterator(Iterator[T], abc.ABC):
     """The iterator of an IterDataset, with a state that can be saved and restored.
@@ -564,7 +611,10 @@ class DatasetIterator(Iterator[T], abc.ABC):
                           continues with exactly the elements that followed.
 
     A transformation's iterator wraps its parents' iterators; pass them to
-    ``super().__init__(parents)``. Example::
+    ``super().__init__(parents)`` and read them back as ``self._parents`` (a
+    tuple) or, with exactly one, ``self._parent``; ``self._ctx`` is the
+    pipeline's context (``dataset_options``, ``mp_context``), as in Grain (see
+    grain_dataset._subclassing). Example::
 
         class CountIterator(grain.DatasetIterator):
             def __init__(self, stop):
@@ -594,6 +644,14 @@ class DatasetIterator(Iterator[T], abc.ABC):
     # outermost iterator's lock and its next() hook; None in every stage inside.
     _call_lock: Any = None
     _grain_next: NextHook | None = None
+
+    # The protected names Grain's iterator subclasses read (grain_dataset._subclassing);
+    # `_parents` and `_ctx` are set by __init__.
+    if TYPE_CHECKING:
+        _parent: Any
+    else:
+        _parent = OneParent()
+    _stats: NoStats = NO_STATS
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
