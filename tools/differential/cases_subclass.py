@@ -533,3 +533,21 @@ def _():
         "batch": list(ds.batch(3)),
         "iter": list(itertools.islice(ds.to_iter_dataset(), 4)),
     }
+
+
+# ------------------------------------------------------------------ start_prefetch / close
+
+
+@case("subclass.iter.start_prefetch_and_close")
+def _():
+    it = iter(Tag(_lengths()))
+    started = it.start_prefetch()
+    head = next(it)
+    closed = it.close()
+    return {
+        "start_prefetch": started,
+        "head": head,
+        "close": closed,
+        "next_after_close": _raises(lambda: next(it)),
+        "close_again": _raises(it.close),
+    }
