@@ -455,6 +455,18 @@ def _():
     return inner._ctx.dataset_options.filter_raise_threshold_ratio
 
 
+@case("subclass.iter.ctx.dataset_options_default")
+def _():
+    options = Countdown()._ctx.dataset_options
+    inner = iter(Tag(_lengths()))._ctx.dataset_options
+    return {
+        "warn": options.filter_warn_threshold_ratio,
+        "raise": options.filter_raise_threshold_ratio,
+        "min_shm_size": options.min_shm_size,
+        "inner_warn": inner.filter_warn_threshold_ratio,
+    }
+
+
 @case("subclass.iter.ctx.mp_context_frozen")
 def _():
     it = iter(Tag(_lengths()))

@@ -474,6 +474,17 @@ def test_iterator_context_carries_the_pipelines_options():
         inner._ctx.mp_context.process_index = 1  # type: ignore[misc]
 
 
+def test_iterator_context_without_options_gives_the_defaults():
+    iterator = _Countdown(2)
+    options = iterator._ctx.dataset_options
+    assert isinstance(options, grain.experimental.DatasetOptions)
+    assert options == grain.experimental.DatasetOptions()
+    assert options.filter_warn_threshold_ratio == 0.9
+    assert iter(WorkerTag(grain.MapDataset.range(2).to_iter_dataset()))._ctx.dataset_options == (
+        grain.experimental.DatasetOptions()
+    )
+
+
 def test_stats_calls_of_grain_stages_pass_values_through():
     iterator = iter(WorkerTag(grain.MapDataset.range(3).to_iter_dataset()))
     assert list(iterator) == [(0, 0, 1), (1, 0, 1), (2, 0, 1)]

@@ -581,15 +581,33 @@ class _IteratorContext:
     `iter_worker_slice` call that creates it, if any.
     """
 
-    __slots__ = ("dataset_options", "worker_slice")
+    __slots__ = ("_options", "worker_slice")
 
     def __init__(
         self,
         dataset_options: DatasetOptions | None = None,
         worker_slice: WorkerSlice | None = None,
     ):
-        self.dataset_options = dataset_options
+        # None until a WithOptionsIterDataset gives some: merging then has nothing to undo.
+        self._options = dataset_options
         self.worker_slice = worker_slice
+
+    @property
+    def dataset_options(self) -> DatasetOptions:
+        """The pipeline's options; every field at its default where none were given.
+
+        Never None, as in Grain, so that a subclass may read a field directly.
+        """
+        options = self._options
+        if options is None:
+            from grain_dataset._options import DatasetOptions
+
+            return DatasetOptions()
+        return options
+
+    @dataset_options.setter
+    def dataset_options(self, options: DatasetOptions | None) -> None:
+        self._options = options
 
     @property
     def mp_context(self) -> MultiprocessingContext:
@@ -787,12 +805,8 @@ def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
     own = iterator.__dict__.get("_ctx")
     if own is ctx:
         return
-    if own is not None and own.dataset_options is not None:
-        ctx.dataset_options = (
-            own.dataset_options
-            if ctx.dataset_options is None
-            else ctx.dataset_options.merge(own.dataset_options)
-        )
+    if own is not None and own._options is not None:
+        ctx._options = own._options if ctx._options is None else ctx._options.merge(own._options)
     if ctx.worker_slice is None and own is not None:
         # A wrapper built around a worker's iterator is part of that worker's pipeline.
         ctx.worker_slice = own.worker_slice
