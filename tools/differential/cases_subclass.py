@@ -108,6 +108,22 @@ class Noise(grain.MapDataset):
         return int(rng.integers(1 << 30))
 
 
+class Declared(grain.MapDataset):
+    def __init__(self, parent: Any):
+        super().__init__(parent)
+
+    def __len__(self):
+        return len(self._parent)
+
+    def __getitem__(self, index):
+        return self._parent[index]
+
+    @property
+    def _element_spec(self):
+        spec = grain.experimental.ShapeDtypeStruct(shape=(3,), dtype=np.int32)
+        return {"x": spec}
+
+
 class PackIterator(grain.DatasetIterator):
     def __init__(self, parent: Any, capacity: int):
         super().__init__(parent)
@@ -563,3 +579,12 @@ def _():
         "next_after_close": _raises(lambda: next(it)),
         "close_again": _raises(it.close),
     }
+
+
+# ------------------------------------------------------------------ _element_spec
+
+
+@case("subclass.element_spec.declared")
+def _():
+    spec = grain.experimental.get_element_spec(Declared(grain.MapDataset.range(4)))
+    return {"shape": list(spec["x"].shape), "dtype": np.dtype(spec["x"].dtype).name}

@@ -533,3 +533,32 @@ def test_getitems_takes_a_list_on_every_stage_and_a_subclass_override_is_used():
     assert [b.tolist() for b in tens.batch(3)] == [[0, 10, 20], [30, 40, 50]]
     assert tens._getitems((1, 2)) == [10, 20]
     assert received[-1] == [1, 2]
+
+
+def test_a_declared_element_spec_is_returned_without_reading_an_element():
+    read = []
+
+    class Declared(grain.MapDataset):
+        def __init__(self, parent):
+            super().__init__(parent)
+
+        def __len__(self):
+            return len(self._parent)
+
+        def __getitem__(self, index):
+            read.append(index)
+            return self._parent[index]
+
+        @property
+        def _element_spec(self):
+            return {"x": grain.experimental.ShapeDtypeStruct(shape=(3,), dtype=np.int32)}
+
+    spec = grain.experimental.get_element_spec(Declared(grain.MapDataset.range(4)))
+    assert spec["x"].shape == (3,)
+    assert spec["x"].dtype == np.int32
+    assert read == []
+    # Without a declaration the spec is read from the first element.
+    plain = FeatureConverter(grain.MapDataset.range(4), pad_to=5)
+    assert grain.experimental.get_element_spec(plain)["tokens"].shape == (5,)
+    with pytest.raises(NotImplementedError):
+        _ = plain._element_spec

@@ -172,6 +172,15 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         seed = self._stage_seed
         return None if seed is None else seed >> 32
 
+    @property
+    def _element_spec(self) -> Any:
+        """The spec of this dataset's elements, where a subclass declares it (Grain's hook).
+
+        `get_element_spec` returns a declared spec and otherwise reads an element;
+        the default declares none.
+        """
+        raise NotImplementedError(f"{type(self).__name__} declares no element spec.")
+
     def __str__(self) -> str:
         """The pipeline, one stage per line from the source to this dataset."""
         from grain_dataset._pipeline_repr import describe

@@ -19,6 +19,9 @@ methods. The bases of `_base` carry the same names with the same meanings:
   ``_stats``        what a Grain stage records its time and output spec into;
                     here a no-op, as our statistics time every stage's
                     ``__next__`` from outside (grain_dataset._stats).
+  ``_element_spec`` a property a subclass may override to declare the spec of
+                    its elements; `get_element_spec` then returns it instead
+                    of reading an element. The default declares none.
   ``_getitems``     a MapDataset's elements at many indices. Grain's callers
                     pass a list; our stages compute on an int64 array, so the
                     MapDataset base wraps every `_getitems` a class defines
