@@ -588,3 +588,33 @@ def _():
 def _():
     spec = grain.experimental.get_element_spec(Declared(grain.MapDataset.range(4)))
     return {"shape": list(spec["x"].shape), "dtype": np.dtype(spec["x"].dtype).name}
+
+
+# ------------------------------------------------------------------ next-index hooks
+
+
+class Indexed(TagIterator):
+    def _get_next_index(self):
+        return grain.experimental.get_next_index(self._parent)
+
+    def _set_next_index(self, index):
+        grain.experimental.set_next_index(self._parent, index)
+
+
+@case("subclass.next_index.base_hooks_raise")
+def _():
+    it = TagIterator(iter(_lengths()))
+    return {
+        "direct_get": _raises(it._get_next_index),
+        "direct_set": _raises(lambda: it._set_next_index(2)),
+        "get_next_index": _raises(lambda: grain.experimental.get_next_index(it)),
+    }
+
+
+@case("subclass.next_index.defined_by_subclass")
+def _():
+    it = Indexed(iter(_lengths()))
+    next(it)
+    at = grain.experimental.get_next_index(it)
+    grain.experimental.set_next_index(it, 10)
+    return {"at": at, "rest": list(it)}

@@ -562,3 +562,39 @@ def test_a_declared_element_spec_is_returned_without_reading_an_element():
     assert grain.experimental.get_element_spec(plain)["tokens"].shape == (5,)
     with pytest.raises(NotImplementedError):
         _ = plain._element_spec
+
+
+def test_next_index_hooks_of_the_base_raise_and_a_subclass_may_define_them():
+    class Plain(grain.DatasetIterator):
+        def __init__(self, parent):
+            super().__init__(parent)
+
+        def __next__(self):
+            return next(self._parent)
+
+        def get_state(self):
+            return self._parent.get_state()
+
+        def set_state(self, state):
+            self._parent.set_state(state)
+
+    class Indexed(Plain):
+        def _get_next_index(self):
+            return grain.experimental.get_next_index(self._parent)
+
+        def _set_next_index(self, index):
+            grain.experimental.set_next_index(self._parent, index)
+
+    plain = Plain(iter(grain.MapDataset.range(6).to_iter_dataset()))
+    with pytest.raises(NotImplementedError, match="get_state"):
+        plain._get_next_index()
+    with pytest.raises(NotImplementedError, match="get_state"):
+        grain.experimental.get_next_index(plain)
+    with pytest.raises(NotImplementedError):
+        plain._set_next_index(2)
+
+    indexed = Indexed(iter(grain.MapDataset.range(6).to_iter_dataset()))
+    next(indexed)
+    assert grain.experimental.get_next_index(indexed) == 1
+    grain.experimental.set_next_index(indexed, 4)
+    assert list(indexed) == [4, 5]

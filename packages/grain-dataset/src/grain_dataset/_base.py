@@ -28,6 +28,7 @@ import numpy as np
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
 from grain_dataset._guard import NextHook, guard, hook_methods, unguard
+from grain_dataset._next_index import no_next_index
 from grain_dataset._subclassing import (
     NO_STATS,
     MultiprocessingContext,
@@ -718,6 +719,17 @@ class DatasetIterator(Iterator[T], abc.ABC):
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves this iterator to the position `state` describes."""
+
+    def _get_next_index(self) -> int:
+        """The index of the element `next()` returns next: the hook of
+        `grain.experimental.get_next_index`, for a stage whose position is one
+        integer. The default raises NotImplementedError."""
+        raise no_next_index(self)
+
+    def _set_next_index(self, index: int) -> None:
+        """Moves so that `next()` returns element `index` next: the hook of
+        `grain.experimental.set_next_index`. The default raises NotImplementedError."""
+        raise no_next_index(self)
 
     def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that saves the iterator state into `directory`.
