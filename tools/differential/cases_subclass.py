@@ -618,3 +618,37 @@ def _():
     at = grain.experimental.get_next_index(it)
     grain.experimental.set_next_index(it, 10)
     return {"at": at, "rest": list(it)}
+
+
+# ------------------------------------------------------------------ _closed
+
+
+class Guarded(TagIterator):
+    closes = 0
+
+    def __next__(self):
+        self._assert_not_closed()
+        return super().__next__()
+
+    def close(self):
+        if self._closed:
+            return
+        self.closes += 1
+        super().close()
+
+
+@case("subclass.closed.flag_and_assert")
+def _():
+    it = Guarded(iter(_lengths()))
+    before = it._closed
+    head = next(it)
+    it.close()
+    it.close()
+    return {
+        "before": before,
+        "after": it._closed,
+        "closes": it.closes,
+        "head": head,
+        "assert": _raises(it._assert_not_closed),
+        "next": _raises(lambda: next(it)),
+    }

@@ -598,3 +598,40 @@ def test_next_index_hooks_of_the_base_raise_and_a_subclass_may_define_them():
     assert grain.experimental.get_next_index(indexed) == 1
     grain.experimental.set_next_index(indexed, 4)
     assert list(indexed) == [4, 5]
+
+
+def test_closed_flag_and_assert_not_closed_for_a_subclass_with_its_own_close():
+    class Guarded(grain.DatasetIterator):
+        def __init__(self, parent):
+            super().__init__(parent)
+            self.closes = 0
+
+        def __next__(self):
+            self._assert_not_closed()
+            return next(self._parent)
+
+        def get_state(self):
+            return self._parent.get_state()
+
+        def set_state(self, state):
+            self._parent.set_state(state)
+
+        def close(self):
+            if self._closed:
+                return
+            self.closes += 1
+            super().close()
+
+    parent = iter(grain.MapDataset.range(4).to_iter_dataset())
+    guarded = Guarded(parent)
+    assert guarded._closed is False
+    assert next(guarded) == 0
+    guarded.close()
+    guarded.close()
+    assert guarded._closed is True
+    assert guarded.closes == 1
+    with pytest.raises(ValueError, match="closed"):
+        guarded._assert_not_closed()
+    with pytest.raises(ValueError, match="closed"):
+        next(guarded)
+    assert guarded.get_state() == parent.get_state()  # still says where it stopped

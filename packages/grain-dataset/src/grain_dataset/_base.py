@@ -27,7 +27,7 @@ import numpy as np
 
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
-from grain_dataset._guard import NextHook, guard, hook_methods, unguard
+from grain_dataset._guard import NextHook, closed_error, guard, hook_methods, unguard
 from grain_dataset._next_index import no_next_index
 from grain_dataset._subclassing import (
     NO_STATS,
@@ -680,6 +680,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
     else:
         _parent = OneParent()
     _stats: NoStats = NO_STATS
+    _closed: bool = False  # set by close(); interleave keeps its own under this name
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -786,9 +787,19 @@ class DatasetIterator(Iterator[T], abc.ABC):
         it stays (a daemon thread, holding only the stage it runs) until that
         code returns. See docs/troubleshooting.md, "A transformation that
         never returns".
+
+        It sets `_closed`, which a subclass may read (``_assert_not_closed()``
+        in its ``__next__``), as in Grain.
         """
+        self._closed = True
         for parent in _parents_of(self):
             parent.close()
+
+    def _assert_not_closed(self) -> None:
+        """Raises the ValueError of `next()` on a closed iterator if `close()` ran (Grain's
+        hook for a subclass's ``__next__``)."""
+        if self._closed:
+            raise closed_error(self)
 
     def __enter__(self) -> DatasetIterator[T]:
         return self

@@ -22,6 +22,11 @@ methods. The bases of `_base` carry the same names with the same meanings:
   ``_element_spec`` a property a subclass may override to declare the spec of
                     its elements; `get_element_spec` then returns it instead
                     of reading an element. The default declares none.
+  ``_closed``       set by DatasetIterator.close(); ``_assert_not_closed()``
+                    raises the closed-iterator ValueError once it is.
+  ``_get_next_index`` / ``_set_next_index``
+                    the hooks of `get_next_index` / `set_next_index`; the
+                    base's raise NotImplementedError.
   ``_getitems``     a MapDataset's elements at many indices. Grain's callers
                     pass a list; our stages compute on an int64 array, so the
                     MapDataset base wraps every `_getitems` a class defines
