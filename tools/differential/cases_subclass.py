@@ -584,7 +584,7 @@ def _():
 # ------------------------------------------------------------------ _element_spec
 
 
-@case("subclass.element_spec.declared")
+@case("subclass.declared_spec.returned")
 def _():
     spec = grain.experimental.get_element_spec(Declared(grain.MapDataset.range(4)))
     return {"shape": list(spec["x"].shape), "dtype": np.dtype(spec["x"].dtype).name}
