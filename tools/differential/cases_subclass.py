@@ -124,6 +124,63 @@ class Declared(grain.MapDataset):
         return {"x": spec}
 
 
+class Pool(grain.MapDataset):
+    """Pools consecutive elements, reading `len(self._parent)` in __init__ (AirIO's shape)."""
+
+    def __init__(self, parent: Any, pool_size: int):
+        super().__init__(parent)
+        self._pool_size = pool_size
+        self._length = -(-len(self._parent) // pool_size)
+
+    def __len__(self):
+        return self._length
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        start = index * self._pool_size
+        stop = min(len(self._parent), start + self._pool_size)
+        return [self._parent[i] for i in range(start, stop)]
+
+
+class PackPool(grain.experimental.FlatMapTransform):
+    def __init__(self, pool_size: int):
+        self.max_fan_out = pool_size
+
+    def flat_map(self, pool):
+        current: list[int] = []
+        for x in pool:
+            if sum(current) + x > 8:
+                yield current
+                current = [x]
+            else:
+                current.append(x)
+        if current:
+            yield current
+
+
+@dataclasses.dataclass(frozen=False)
+class PackMap(grain.MapDataset):
+    """A sparse packed MapDataset over a flat map of pools, with a `parent` property."""
+
+    def __init__(self, parent: Any, pool_size: int):
+        super().__init__([parent])
+        pools = Pool(parent, pool_size)
+        self._packed = grain.experimental.FlatMapMapDataset(pools, PackPool(pool_size))
+
+    @property
+    def parent(self):
+        return self._parent
+
+    def __len__(self):
+        return len(self.parent)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        return self._packed[index]
+
+
 class PackIterator(grain.DatasetIterator):
     def __init__(self, parent: Any, capacity: int):
         super().__init__(parent)
@@ -384,6 +441,18 @@ def _():
 def _():
     ds = FeatureConverter(grain.MapDataset.range(10), pad_to=3).to_iter_dataset()
     return list(ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=2)))
+
+
+@case("subclass.map.pool_pack_flat_map")
+def _():
+    ds = PackMap(grain.MapDataset.source(LENGTHS), 3)
+    return {
+        "len": len(ds),
+        "by_index": [ds[i] for i in range(len(ds))],
+        "iter": list(ds),
+        "to_iter": list(ds.to_iter_dataset()),
+        "slice": list(ds[1:4]),
+    }
 
 
 # ------------------------------------------------------------------ a packing IterDataset

@@ -635,3 +635,61 @@ def test_closed_flag_and_assert_not_closed_for_a_subclass_with_its_own_close():
     with pytest.raises(ValueError, match="closed"):
         next(guarded)
     assert guarded.get_state() == parent.get_state()  # still says where it stopped
+
+
+class _Pool(grain.MapDataset):
+    """AirIO's pooling stage: reads ``len(self._parent)`` in __init__."""
+
+    def __init__(self, parent, pool_size):
+        super().__init__(parent)
+        self._pool_size = pool_size
+        self._length = -(-len(self._parent) // pool_size)
+
+    def __len__(self):
+        return self._length
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        start = index * self._pool_size
+        stop = min(len(self._parent), start + self._pool_size)
+        return [self._parent[i] for i in range(start, stop)]
+
+
+class _PackPool(grain.experimental.FlatMapTransform):
+    max_fan_out = 3
+
+    def flat_map(self, pool):
+        yield from _packed(pool, 8)
+
+
+@dataclasses.dataclass(frozen=False)
+class _PackMap(grain.MapDataset):
+    """AirIO's sparse map packing: a dataclass with a `parent` property over `_parent`."""
+
+    def __init__(self, parent):
+        super().__init__([parent])
+        self._packed = grain.experimental.FlatMapMapDataset(_Pool(parent, 3), _PackPool())
+
+    @property
+    def parent(self):
+        return self._parent
+
+    def __len__(self):
+        return len(self.parent)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self.slice(index)
+        return self._packed[index]
+
+
+def test_map_packing_over_pools_is_sparse_and_keeps_every_element():
+    ds = _PackMap(grain.MapDataset.source(LENGTHS))
+    assert len(ds) == len(LENGTHS)
+    pools = [LENGTHS[i : i + 3] for i in range(0, len(LENGTHS), 3)]
+    expected = [b for pool in pools for b in _packed(pool, 8)]
+    assert list(ds) == expected
+    assert list(ds.to_iter_dataset()) == expected
+    assert sum(x is None for x in (ds[i] for i in range(len(ds)))) == len(LENGTHS) - len(expected)
+    assert_equal_output_after_checkpoint(ds.to_iter_dataset().map(sum))
