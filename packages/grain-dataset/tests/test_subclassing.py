@@ -19,6 +19,9 @@ import pytest
 import grain
 from grain_dataset import assert_equal_output_after_checkpoint
 
+# Most pipelines here read through to_iter_dataset's threads; the mp ones set their own.
+pytestmark = pytest.mark.timeout(60)
+
 # -- subclasses as users write them -------------------------------------------------------------
 
 
