@@ -29,6 +29,7 @@ from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
 from grain_dataset._guard import NextHook, closed_error, guard, hook_methods, unguard
 from grain_dataset._next_index import no_next_index
+from grain_dataset._options import DatasetOptions
 from grain_dataset._subclassing import (
     NO_STATS,
     MultiprocessingContext,
@@ -40,7 +41,7 @@ from grain_dataset._worker_slice import creating_slice
 from grain_index import checks, derive_seed
 
 if TYPE_CHECKING:
-    from grain_dataset._options import DatasetOptions, ReadOptions
+    from grain_dataset._options import ReadOptions
     from grain_dataset._transforms import DatasetSelectionMap
     from grain_dataset._worker_slice import WorkerSlice
 
@@ -582,6 +583,9 @@ def _remembering(own: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return iter_
 
 
+_DEFAULT_OPTIONS = DatasetOptions()  # immutable: shared by every pipeline without options
+
+
 class _IteratorContext:
     """What all iterators of one pipeline share: its DatasetOptions and worker slice.
 
@@ -609,11 +613,7 @@ class _IteratorContext:
         Never None, as in Grain, so that a subclass may read a field directly.
         """
         options = self._options
-        if options is None:
-            from grain_dataset._options import DatasetOptions
-
-            return DatasetOptions()
-        return options
+        return _DEFAULT_OPTIONS if options is None else options
 
     @dataset_options.setter
     def dataset_options(self, options: DatasetOptions | None) -> None:
