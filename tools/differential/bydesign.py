@@ -355,7 +355,8 @@ RULES: list[Rule] = [
         ("value", "ours-accepts", "ours-raises"),
         "ours' get_element_spec reads the first element and reports its exact spec; upstream "
         "infers it statically and gives up (NotImplementedError, unknown batch dimension) "
-        "where the pipeline does not declare it",
+        "where the pipeline does not declare it (a spec a subclass declares with "
+        "`_element_spec` is returned by both: subclass.declared_spec.*)",
     ),
     Rule(
         "*pick_performance_config*",

@@ -44,6 +44,7 @@ CASE_MODULES = [
     "cases_misc",
     "cases_bad",
     "cases_mix_epochs",
+    "cases_subclass",
 ]
 
 

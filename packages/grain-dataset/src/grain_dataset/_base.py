@@ -27,12 +27,21 @@ import numpy as np
 
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
-from grain_dataset._guard import NextHook, guard, hook_methods, unguard
+from grain_dataset._guard import NextHook, closed_error, guard, hook_methods, unguard
+from grain_dataset._next_index import no_next_index
+from grain_dataset._options import DatasetOptions
+from grain_dataset._subclassing import (
+    NO_STATS,
+    MultiprocessingContext,
+    NoStats,
+    OneParent,
+    accepting_sequences,
+)
 from grain_dataset._worker_slice import creating_slice
 from grain_index import checks, derive_seed
 
 if TYPE_CHECKING:
-    from grain_dataset._options import DatasetOptions, ReadOptions
+    from grain_dataset._options import ReadOptions
     from grain_dataset._transforms import DatasetSelectionMap
     from grain_dataset._worker_slice import WorkerSlice
 
@@ -90,7 +99,18 @@ def _missing_attribute(obj: Any, name: str) -> AttributeError:
 
 
 class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' methods
-    """What MapDataset and IterDataset share: parents, seeds and `pipe`."""
+    """What MapDataset and IterDataset share: parents, seeds and `pipe`.
+
+    Subclasses read ``self._parents`` (a tuple), ``self._parent`` (the one
+    parent; AssertionError with none or several) and ``self._default_seed``,
+    as in Grain (see grain_dataset._subclassing).
+    """
+
+    if TYPE_CHECKING:
+        _parent: Any
+    else:
+        _parent = OneParent()
+    _stats: NoStats = NO_STATS
 
     def __init__(self, parents: Any = ()):
         self._parents = _as_parents(parents)
@@ -138,11 +158,30 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         return self._parents
 
     @property
-    def _default_seed(self) -> int | None:
-        """This stage's seed under `ds.seed(...)`, from its position in the pipeline."""
+    def _stage_seed(self) -> int | None:
+        """This stage's 64-bit seed under `ds.seed(...)`, from its position in the pipeline."""
         if self._seed_base is None:
             return None
         return derive_seed(self._seed_base, "default_seed", self._depth)
+
+    @property
+    def _default_seed(self) -> int | None:
+        """This stage's seed under `ds.seed(...)` for a subclass, as Grain documents it.
+
+        An int in [0, 2**32) (None without `ds.seed` upstream), so that it is a
+        valid ``seed=`` of any random transformation, as Grain's is.
+        """
+        seed = self._stage_seed
+        return None if seed is None else seed >> 32
+
+    @property
+    def _element_spec(self) -> Any:
+        """The spec of this dataset's elements, where a subclass declares it (Grain's hook).
+
+        `get_element_spec` returns a declared spec and otherwise reads an element;
+        the default declares none.
+        """
+        raise NotImplementedError(f"{type(self).__name__} declares no element spec.")
 
     def __str__(self) -> str:
         """The pipeline, one stage per line from the source to this dataset."""
@@ -230,6 +269,12 @@ class MapDataset(_Dataset, Generic[T]):
         list(Squares(4).map(lambda x: x + 1))  # [1, 2, 5, 10]
     """
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("_getitems")
+        if own is not None:
+            cls._getitems = accepting_sequences(own)  # type: ignore[method-assign]
+
     # -- factories -----------------------------------------------------------------
 
     @staticmethod
@@ -298,8 +343,13 @@ class MapDataset(_Dataset, Generic[T]):
         """Element `index` (an int >= 0); built-in stages override this, not __getitem__."""
         return self[index]
 
+    @accepting_sequences
     def _getitems(self, indices: np.ndarray) -> list[Any]:
-        """Elements at `indices` (int64 array); stages that can vectorize override this."""
+        """Elements at `indices`; stages that can vectorize override this.
+
+        Every override receives an int64 array; a caller may pass any sequence
+        of ints, as Grain's subclasses do (grain_dataset._subclassing).
+        """
         return [self._getitem(index) for index in indices.tolist()]
 
     def _gatherable(self) -> bool:
@@ -535,6 +585,9 @@ def _remembering(own: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return iter_
 
 
+_DEFAULT_OPTIONS = DatasetOptions()  # immutable: shared by every pipeline without options
+
+
 class _IteratorContext:
     """What all iterators of one pipeline share: its DatasetOptions and worker slice.
 
@@ -544,15 +597,37 @@ class _IteratorContext:
     `iter_worker_slice` call that creates it, if any.
     """
 
-    __slots__ = ("dataset_options", "worker_slice")
+    __slots__ = ("_options", "worker_slice")
 
     def __init__(
         self,
         dataset_options: DatasetOptions | None = None,
         worker_slice: WorkerSlice | None = None,
     ):
-        self.dataset_options = dataset_options
+        # None until a WithOptionsIterDataset gives some: merging then has nothing to undo.
+        self._options = dataset_options
         self.worker_slice = worker_slice
+
+    @property
+    def dataset_options(self) -> DatasetOptions:
+        """The pipeline's options; every field at its default where none were given.
+
+        Never None, as in Grain, so that a subclass may read a field directly.
+        """
+        options = self._options
+        return _DEFAULT_OPTIONS if options is None else options
+
+    @dataset_options.setter
+    def dataset_options(self, options: DatasetOptions | None) -> None:
+        self._options = options
+
+    @property
+    def mp_context(self) -> MultiprocessingContext:
+        """Which worker of how many runs this pipeline (Grain's name for the worker slice)."""
+        if self.worker_slice is None:
+            return MultiprocessingContext()
+        index, count, _ = self.worker_slice
+        return MultiprocessingContext(process_index=index, process_count=count)
 
 
 class DatasetIterator(Iterator[T], abc.ABC):
@@ -566,7 +641,10 @@ class DatasetIterator(Iterator[T], abc.ABC):
                           continues with exactly the elements that followed.
 
     A transformation's iterator wraps its parents' iterators; pass them to
-    ``super().__init__(parents)``. Example::
+    ``super().__init__(parents)`` and read them back as ``self._parents`` (a
+    tuple) or, with exactly one, ``self._parent``; ``self._ctx`` is the
+    pipeline's context (``dataset_options``, ``mp_context``), as in Grain (see
+    grain_dataset._subclassing). Example::
 
         class CountIterator(grain.DatasetIterator):
             def __init__(self, stop):
@@ -596,6 +674,15 @@ class DatasetIterator(Iterator[T], abc.ABC):
     # outermost iterator's lock and its next() hook; None in every stage inside.
     _call_lock: Any = None
     _grain_next: NextHook | None = None
+
+    # The protected names Grain's iterator subclasses read (grain_dataset._subclassing);
+    # `_parents` and `_ctx` are set by __init__.
+    if TYPE_CHECKING:
+        _parent: Any
+    else:
+        _parent = OneParent()
+    _stats: NoStats = NO_STATS
+    _closed: bool = False  # set by close(); interleave keeps its own under this name
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -635,6 +722,17 @@ class DatasetIterator(Iterator[T], abc.ABC):
     @abc.abstractmethod
     def set_state(self, state: dict[str, Any]) -> None:
         """Moves this iterator to the position `state` describes."""
+
+    def _get_next_index(self) -> int:
+        """The index of the element `next()` returns next: the hook of
+        `grain.experimental.get_next_index`, for a stage whose position is one
+        integer. The default raises NotImplementedError."""
+        raise no_next_index(self)
+
+    def _set_next_index(self, index: int) -> None:
+        """Moves so that `next()` returns element `index` next: the hook of
+        `grain.experimental.set_next_index`. The default raises NotImplementedError."""
+        raise no_next_index(self)
 
     def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that saves the iterator state into `directory`.
@@ -691,9 +789,19 @@ class DatasetIterator(Iterator[T], abc.ABC):
         it stays (a daemon thread, holding only the stage it runs) until that
         code returns. See docs/troubleshooting.md, "A transformation that
         never returns".
+
+        It sets `_closed`, which a subclass may read (``_assert_not_closed()``
+        in its ``__next__``), as in Grain.
         """
+        self._closed = True
         for parent in _parents_of(self):
             parent.close()
+
+    def _assert_not_closed(self) -> None:
+        """Raises the ValueError of `next()` on a closed iterator if `close()` ran (Grain's
+        hook for a subclass's ``__next__``)."""
+        if self._closed:
+            raise closed_error(self)
 
     def __enter__(self) -> DatasetIterator[T]:
         return self
@@ -731,12 +839,8 @@ def _adopt(ctx: _IteratorContext, iterator: DatasetIterator[Any]) -> None:
     own = iterator.__dict__.get("_ctx")
     if own is ctx:
         return
-    if own is not None and own.dataset_options is not None:
-        ctx.dataset_options = (
-            own.dataset_options
-            if ctx.dataset_options is None
-            else ctx.dataset_options.merge(own.dataset_options)
-        )
+    if own is not None and own._options is not None:
+        ctx._options = own._options if ctx._options is None else ctx._options.merge(own._options)
     if ctx.worker_slice is None and own is not None:
         # A wrapper built around a worker's iterator is part of that worker's pipeline.
         ctx.worker_slice = own.worker_slice

@@ -233,8 +233,17 @@ def get_element_spec(ds: MapDataset[Any] | IterDataset[Any]) -> Any:
         # {"x": ShapeDtypeStruct(shape=(4, 3), dtype=float64),
         #  "i": ShapeDtypeStruct(shape=(4,), dtype=int64)}
 
+    A dataset whose class declares its spec (a subclass overriding the
+    `_element_spec` property, as Grain's subclasses may) is not read: the
+    declared spec is returned.
+
     Raises:
       ValueError: the dataset has no element.
       TypeError: `ds` is not a dataset, or a leaf is not an array or scalar.
     """
+    if isinstance(ds, MapDataset | IterDataset):
+        try:
+            return ds._element_spec
+        except NotImplementedError:
+            pass
     return spec_of(_first_element(ds))

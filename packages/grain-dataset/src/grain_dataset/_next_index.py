@@ -11,7 +11,8 @@ there. Each stage that can answer implements two hooks:
 
 A 1:1 stage delegates to its parent; a batch multiplies by its size; stages
 whose output positions are not one integer (filter, mix, flat map, packing)
-have no hooks, and the functions raise NotImplementedError naming the stage.
+keep DatasetIterator's, which raise NotImplementedError naming the stage (as
+Grain's do, for a subclass calling them).
 """
 
 from __future__ import annotations
@@ -31,13 +32,19 @@ def _hook(iterator: Any, name: str) -> Any:
             f"expected a grain DatasetIterator (iter(dataset)), got {type(iterator).__name__}."
         )
     method = getattr(iterator, name, None)
-    if method is None:
-        raise NotImplementedError(
-            f"{type(iterator).__name__} has no single index for its position (its stage can "
-            "drop, merge or reorder elements): save and restore it with get_state() and "
-            "set_state() instead."
-        )
+    # The base's own method only raises: say so before any argument is checked.
+    if method is None or getattr(method, "__func__", None) is getattr(DatasetIterator, name):
+        raise no_next_index(iterator)
     return method
+
+
+def no_next_index(iterator: Any) -> NotImplementedError:
+    """The error of the next-index functions on an iterator without the hooks."""
+    return NotImplementedError(
+        f"{type(iterator).__name__} has no single index for its position (its stage can "
+        "drop, merge or reorder elements): save and restore it with get_state() and "
+        "set_state() instead."
+    )
 
 
 def _locked(iterator: Any) -> Any:

@@ -2,7 +2,7 @@
 
 A random stage uses, in order: its own ``seed=`` (an int in [0, 2**32)), else
 the seed that the nearest ``ds.seed(s)`` upstream derives for the stage's
-position in the pipeline (`_Dataset._default_seed`), else it raises. A mixture
+position in the pipeline (`_Dataset._stage_seed`), else it raises. A mixture
 combines its parents' seeds, so a stage after it depends on all of them.
 """
 
@@ -29,7 +29,7 @@ def stage_seed(stage: Any, seed: Any, what: str) -> int:
     """The 64-bit seed of random stage `stage` (already initialized) called `what`."""
     if seed is not None:
         return derive_seed(explicit_seed(seed), what)
-    default = stage._default_seed
+    default = stage._stage_seed
     if default is None:
         raise ValueError(
             f"`{what}` needs a seed: call ds.seed(seed) earlier in the pipeline "
