@@ -119,11 +119,21 @@ _OPTIONS: dict[str, _Option] = {
 }
 
 
+class UnknownOptionError(AttributeError, ValueError):
+    """An option name `grain.config` does not know.
+
+    A ValueError, as Grain raises for ``update``, ``get_or_default`` and
+    ``config.<name>``; also an AttributeError, so that ``hasattr(config, name)``
+    and ``getattr(config, name, default)`` keep working for unknown names.
+    """
+
+
 def _option(name: Any) -> _Option:
     option = _OPTIONS.get(name) if isinstance(name, str) else None
     if option is None:
         known = ", ".join(sorted(_OPTIONS))
-        raise ValueError(f"Unrecognized config option: {name!r}. Known options: {known}.")
+        # Grain's wording first ("Unrecognized config option: <name>"), then what is accepted.
+        raise UnknownOptionError(f"Unrecognized config option: {name}. Known options: {known}.")
     return option
 
 
@@ -139,7 +149,9 @@ class Config:
         grain.config.py_traceback_filtering           # "auto"
 
     Unknown names and values of the wrong kind raise a ValueError that lists
-    what is accepted.
+    what is accepted. Options are read as attributes but set only with
+    `update`: ``grain.config.py_debug_mode = True`` raises a ValueError, as in
+    Grain (an assignment would otherwise look like it worked).
     """
 
     def __init__(self) -> None:
@@ -204,13 +216,20 @@ class Config:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        try:
-            return self.get_or_default(name)
-        except ValueError:
-            raise AttributeError(f"grain.config has no option {name!r}") from None
+        return self.get_or_default(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self.update(name, value)
+        # Grain's wording ("Please use update().") with the call to make instead.
+        raise ValueError(
+            f"grain.config options cannot be assigned as attributes: Please use update(), "
+            f"e.g. grain.config.update({name!r}, {value!r})."
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise ValueError(
+            f"grain.config options cannot be deleted: Please use update() to set "
+            f"{name!r}, or reset({name!r}) to return to its default."
+        )
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *_OPTIONS})
