@@ -1,7 +1,8 @@
 """`grain.config` as Grain 0.2.18 has it: its options and defaults, and how it refuses.
 
-Pinned from Grain 0.2.18 run as a black box: the fifteen options (its
-``--grain_*`` flags without the prefix) with their defaults; an unknown name
+Pinned from Grain 0.2.18 run as a black box: the twelve options with their
+defaults (absl defines three more ``--grain_*`` flags, which are not options
+of grain.config and raise like any unknown name); an unknown name
 raises ValueError ("Unrecognized config option: <name>") from `update`,
 `get_or_default` and attribute access; assigning an option as an attribute
 raises ValueError ("Please use update()") and changes nothing.
@@ -12,9 +13,6 @@ import pytest
 from grain_dataset import config
 
 GRAIN_0_2_18_DEFAULTS = {
-    "enable_multiprocess_worker_profiling": False,
-    "num_threads_computing_num_records": 64,
-    "num_threads_fetching_records": 64,
     "py_dataset_visualization_output_dir": None,
     "py_debug_mode": False,
     "py_relay_sigterm_to_main": False,
@@ -59,6 +57,21 @@ def test_an_unknown_option_raises_value_error_in_grains_words(call):
     with pytest.raises(ValueError, match=r"^Unrecognized config option: no_such_flag\b") as info:
         ACCESSES[call]()
     assert "py_debug_mode" in str(info.value)  # and it lists what is known
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "enable_multiprocess_worker_profiling",
+        "num_threads_computing_num_records",
+        "num_threads_fetching_records",
+        "py_dataset_debug_mode",
+        "py_benchmark",
+    ],
+)
+def test_flags_that_are_not_options_are_unknown(name):
+    with pytest.raises(ValueError, match=f"^Unrecognized config option: {name}"):
+        config.get_or_default(name)
 
 
 def test_unknown_options_still_answer_hasattr_and_getattr_defaults():
