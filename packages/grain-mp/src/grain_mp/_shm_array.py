@@ -24,7 +24,7 @@ the array ``SharedMemoryArray(...)`` returned         when it is garbage collect
 an array from `from_metadata`                         only after `unlink_on_del()` (then when it
                                                       is garbage collected or at exit), or on
                                                       `unlink()`
-an unpickled array (`pickle` shares by reference)      only after `unlink_on_del()`, or on
+an unpickled array (`pickle` shares by reference)     only after `unlink_on_del()`, or on
                                                       `unlink()`, as for `from_metadata`
 views, results of arithmetic, copies (`copy.copy`,    never
 `copy.deepcopy`: plain in-memory arrays), a forked
