@@ -460,9 +460,9 @@ def _():
 
     class BlobIterDataset(grain.experimental.TFRecordIterDataset):
         def __iter__(self):
-            return BlobIterator("gs://bucket/data.tfrecord")
+            return BlobIterator(self._path)
 
-    ds = BlobIterDataset(_tfrecord_file())
+    ds = BlobIterDataset("gs://bucket/data.tfrecord")
     it = iter(ds)
     first = next(it)
     state = it.get_state()
@@ -470,7 +470,7 @@ def _():
     again = iter(ds)
     again.set_state(state)
     return {
-        "path_kept": ds._path.endswith("data.tfrecord"),
+        "path_kept": ds._path,
         "first": first,
         "reader_offset": state["reader_offset"],
         "rest": rest,

@@ -201,8 +201,8 @@ def test_maxtexts_gcs_subclasses_work_over_any_stream(tfrecord):
         def __iter__(self):
             return BlobIterator(self._path)
 
-    ds = BlobIterDataset(tfrecord)
-    ds._path = "gs://bucket/data.tfrecord"  # as if built from the URL
+    ds = BlobIterDataset("gs://bucket/data.tfrecord")  # no request to GCS here
+    assert ds._path == "gs://bucket/data.tfrecord"
     assert list(ds.map(len)) == [len(r) for r in RECORDS]
     it = iter(ds)
     assert next(it) == b"a"
