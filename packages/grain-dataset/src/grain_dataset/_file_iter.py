@@ -42,7 +42,7 @@ class TFRecordIterDataset(IterDataset[bytes]):
     def __init__(self, path: str | os.PathLike[str], *, verify_crc: bool = True):
         super().__init__()
         if is_url(path):
-            self._path = path
+            self._path = os.fspath(path)
             self._verify_crc = bool(verify_crc)
             return
         # A reader checks the path now; it opens nothing until the first read.
