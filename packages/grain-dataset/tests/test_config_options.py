@@ -82,7 +82,7 @@ def test_unknown_options_still_answer_hasattr_and_getattr_defaults():
 
 @pytest.mark.parametrize("name", ["py_debug_mode", "no_such_flag"])
 def test_assigning_an_option_as_an_attribute_is_refused(name):
-    with pytest.raises(ValueError, match=r"Please use update\(\).*grain\.config\.update\("):
+    with pytest.raises(ValueError, match=r"^Please use update\(\)\. .*grain\.config\.update\("):
         setattr(config, name, True)
     assert config.get_or_default("py_debug_mode") is False  # nothing changed
     with pytest.raises(ValueError, match="Please use update"):

@@ -221,8 +221,8 @@ class Config:
     def __setattr__(self, name: str, value: Any) -> None:
         # Grain's wording ("Please use update().") with the call to make instead.
         raise ValueError(
-            f"grain.config options cannot be assigned as attributes: Please use update(), "
-            f"e.g. grain.config.update({name!r}, {value!r})."
+            f"Please use update(). grain.config options cannot be assigned as attributes: "
+            f"call grain.config.update({name!r}, {value!r})."
         )
 
     def __delattr__(self, name: str) -> None:
