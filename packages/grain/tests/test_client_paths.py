@@ -173,8 +173,9 @@ def test_tfrecord_dataset_iterator_state_is_graines_reader_offset(tfrecord):
         fresh = _TFRecordDatasetIterator(tfrecord)
         fresh.set_state(state)
         assert list(fresh) == RECORDS[k:]
-    with pytest.raises(ValueError, match="reader_offset"):
-        it.set_state({"offset": 0})
+    for bad in ({"offset": 0}, {"reader_offset": -1}, {"reader_offset": "0"}, [0]):
+        with pytest.raises(ValueError, match=r"\{'reader_offset': n\} with an int n >= 0"):
+            it.set_state(bad)
 
 
 def test_maxtexts_gcs_subclasses_work_over_any_stream(tfrecord):

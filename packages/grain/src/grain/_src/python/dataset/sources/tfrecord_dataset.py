@@ -28,7 +28,6 @@ from typing import Any
 
 from grain_dataset import DatasetIterator
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
-from grain_dataset.extension import check_state
 from grain_sources import TFRecordStreamReader
 
 __all__ = ["TFRecordIterDataset", "_TFRecordDatasetIterator", "_TFRecordReader"]
@@ -74,5 +73,10 @@ class _TFRecordDatasetIterator(DatasetIterator[bytes]):
         return {"reader_offset": self._reader.tell()}
 
     def set_state(self, state: dict[str, int]) -> None:
-        check_state(state, type(self).__name__, ("reader_offset",))
-        self._reader.seek(state["reader_offset"])
+        offset = state.get("reader_offset") if isinstance(state, dict) else None
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(
+                "the state of a TFRecord iterator is {'reader_offset': n} with an int n >= 0, "
+                f"as get_state() returns it; got {state!r}."
+            )
+        self._reader.seek(offset)
