@@ -42,6 +42,7 @@ CASE_MODULES = [
     "cases_loader",
     "cases_sources",
     "cases_misc",
+    "cases_misc7",
     "cases_bad",
     "cases_mix_epochs",
     "cases_subclass",

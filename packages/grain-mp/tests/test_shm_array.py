@@ -2,7 +2,7 @@
 
 What must hold: attached arrays (other processes included) see and change the
 same pages; exactly the owning object unlinks, when garbage collected or at exit,
-and nobody else implicitly (attached arrays, views, pickled copies, forked
+and nobody else implicitly (attached arrays, views, unpickled arrays, forked
 children); `close()` hands ownership over, `unlink_on_del()` takes it; no
 resource tracker is involved, so no process exit removes a segment it only used.
 """
@@ -120,17 +120,20 @@ def test_unlink_is_idempotent_and_attaching_afterwards_says_why():
         SharedMemoryArray.from_metadata(meta)
 
 
-def test_arithmetic_and_pickles_are_plain_copies():
+def test_arithmetic_results_and_copies_are_plain_arrays():
+    # (Pickling shares by reference instead: test_shm_array_pickle.py.)
     array = SharedMemoryArray(3, np.int64)
     array[:] = [1, 2, 3]
     plus = array + 1
     with pytest.raises(ValueError, match="view or a computed result"):
         plus.unlink()
-    loaded = pickle.loads(pickle.dumps(array, protocol=5))
+    loaded = pickle.loads(pickle.dumps(plus, protocol=5))
     assert type(loaded) is np.ndarray
-    np.testing.assert_array_equal(loaded, [1, 2, 3])
-    assert type(copy.deepcopy(array)) is np.ndarray
-    loaded[0] = 9
+    np.testing.assert_array_equal(loaded, [2, 3, 4])
+    copied = copy.deepcopy(array)
+    assert type(copied) is np.ndarray
+    assert type(copy.copy(array)) is np.ndarray
+    copied[0] = 9
     assert array[0] == 1
     array += 1  # in place: still the owning array
     assert array.metadata.nbytes == 24

@@ -242,6 +242,7 @@ EXPORTS = {
         "SharedMemoryDataSource",
         "TFRecordDataSource",
         "TFRecordReader",
+        "TFRecordStreamReader",
         "TruncatedRecordError",
         "is_url",
         "write_array_record",
@@ -329,6 +330,7 @@ EXPORTS = {
         "mp_prefetch",
         "multithread_prefetch",
         "pick_performance_config",
+        "resolve_worker_count",
         "sweep_dead_segments",
     ],
     "grain.multiprocessing": [

@@ -19,9 +19,12 @@ The settings that change behaviour here:
                              "tracebackhide" drop them silently, "off" keeps all)
 
 The others are accepted, checked and stored so that code written for Grain
-runs, but change nothing here: they select Grain's TensorFlow backend, tune its
-ArrayRecord threads or its profilers, or write its pipeline graph (``str(ds)``
-prints the pipeline here). `docs/compatibility.md` lists them.
+runs, but change nothing here: they select Grain's TensorFlow backend, relay
+SIGTERM from its workers, or write its pipeline graph (``str(ds)`` prints the
+pipeline here). `docs/compatibility.md` lists them. The options are exactly
+Grain 0.2.18's: absl flags that are not among them (array_record's
+``--grain_num_threads_fetching_records``, ``--grain_enable_multiprocess_worker_profiling``)
+are unknown to `grain.config` there too.
 """
 
 from __future__ import annotations
@@ -93,15 +96,6 @@ _OPTIONS: dict[str, _Option] = {
     "py_relay_sigterm_to_main": _Option(
         False, _bool, "Grain: workers relay SIGTERM to the main process", effect=False
     ),
-    "enable_multiprocess_worker_profiling": _Option(
-        False, _bool, "Grain: profiler servers in worker processes", effect=False
-    ),
-    "num_threads_computing_num_records": _Option(
-        64, _int, "Grain: threads counting ArrayRecord records", effect=False
-    ),
-    "num_threads_fetching_records": _Option(
-        64, _int, "Grain: threads fetching ArrayRecord records", effect=False
-    ),
     "tf_interleaved_shuffle": _Option(False, _bool, "Grain's TensorFlow backend", effect=False),
     "tf_interleaved_shuffle_block_size": _Option(
         10, _int, "Grain's TensorFlow backend", effect=False
@@ -119,11 +113,22 @@ _OPTIONS: dict[str, _Option] = {
 }
 
 
+class UnknownOptionError(AttributeError, ValueError):
+    """``config.<name>`` of a name `grain.config` does not know.
+
+    A ValueError, as Grain raises; also an AttributeError, so that
+    ``hasattr(config, name)`` and ``getattr(config, name, default)`` keep
+    working for unknown names. (`update` and `get_or_default` raise a plain
+    ValueError, as Grain does.)
+    """
+
+
 def _option(name: Any) -> _Option:
     option = _OPTIONS.get(name) if isinstance(name, str) else None
     if option is None:
         known = ", ".join(sorted(_OPTIONS))
-        raise ValueError(f"Unrecognized config option: {name!r}. Known options: {known}.")
+        # Grain's wording first ("Unrecognized config option: <name>"), then what is accepted.
+        raise ValueError(f"Unrecognized config option: {name}. Known options: {known}.")
     return option
 
 
@@ -139,7 +144,9 @@ class Config:
         grain.config.py_traceback_filtering           # "auto"
 
     Unknown names and values of the wrong kind raise a ValueError that lists
-    what is accepted.
+    what is accepted. Options are read as attributes but set only with
+    `update`: ``grain.config.py_debug_mode = True`` raises a ValueError, as in
+    Grain (an assignment would otherwise look like it worked).
     """
 
     def __init__(self) -> None:
@@ -204,13 +211,25 @@ class Config:
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        try:
-            return self.get_or_default(name)
-        except ValueError:
-            raise AttributeError(f"grain.config has no option {name!r}") from None
+        if name not in _OPTIONS:
+            try:
+                _option(name)
+            except ValueError as error:
+                raise UnknownOptionError(str(error)) from None
+        return self.get_or_default(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        self.update(name, value)
+        # Grain's wording ("Please use update().") with the call to make instead.
+        raise ValueError(
+            f"Please use update(). grain.config options cannot be assigned as attributes: "
+            f"call grain.config.update({name!r}, {value!r})."
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise ValueError(
+            f"grain.config options cannot be deleted: Please use update() to set "
+            f"{name!r}, or reset({name!r}) to return to its default."
+        )
 
     def __dir__(self) -> list[str]:
         return sorted({*super().__dir__(), *_OPTIONS})

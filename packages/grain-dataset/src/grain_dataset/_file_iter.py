@@ -20,7 +20,7 @@ from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset
 from grain_dataset._state import check_state
-from grain_sources import ParquetReader, TFRecordReader
+from grain_sources import ParquetReader, TFRecordReader, is_url
 
 
 class TFRecordIterDataset(IterDataset[bytes]):
@@ -28,6 +28,9 @@ class TFRecordIterDataset(IterDataset[bytes]):
 
     Args:
       path: the TFRecord file; a missing path or a directory raises at once.
+        A URL (``gs://...``) is first touched when it is read, as in Grain: no
+        request at construction (MaxText subclasses this class for GCS paths
+        and reads them its own way).
       verify_crc: check both checksums of every record (default); a damaged
         record raises grain_sources' CorruptRecordError naming its offset.
 
@@ -38,6 +41,10 @@ class TFRecordIterDataset(IterDataset[bytes]):
 
     def __init__(self, path: str | os.PathLike[str], *, verify_crc: bool = True):
         super().__init__()
+        if is_url(path):
+            self._path = os.fspath(path)
+            self._verify_crc = bool(verify_crc)
+            return
         # A reader checks the path now; it opens nothing until the first read.
         reader = TFRecordReader(path, verify_crc=verify_crc)
         self._path = reader.path

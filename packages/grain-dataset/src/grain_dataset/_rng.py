@@ -47,6 +47,12 @@ class RngPool:
     reuse once you are done with it. This is how a custom stage gives each
     element its own random numbers, as `random_map` does.
 
+    Threads may share a pool: each `acquire_rng` hands out a generator no
+    other caller holds, so draws in different threads are independent and the
+    same (seed, op_seed, index) gives the same numbers whatever the
+    interleaving. A pool pickles as its seed (the cached generators and the
+    lock are rebuilt), so a transform holding one can be sent to workers.
+
     Example::
 
         pool = grain.experimental.RngPool(seed=42)
@@ -86,6 +92,15 @@ class RngPool:
             raise TypeError(f"`rng` must be a generator from acquire_rng, got {rng!r}.")
         with self._lock:
             self._free.append(rng)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock cannot be pickled, and cached generators carry nothing a draw depends on.
+        return {"seed": self._seed}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._seed = checks.seed(state["seed"])
+        self._free = []
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"RngPool(seed={self._seed})"

@@ -27,6 +27,14 @@ the next `__next__` starts a new one, so what follows an error is exactly what
 the parent yields when asked again. The end of the parent is sticky: every
 later `__next__` raises StopIteration until `set_state` moves the iterator.
 
+Parents that are not DatasetIterators: as in Grain, any iterator with
+``get_state()`` and ``set_state(state)`` (Grain's "CheckpointableIterator")
+may be the parent. It is wrapped in `_CheckpointableParent`, a DatasetIterator
+that forwards those three calls; its state is exactly what its
+``get_state()`` returns. Such a parent is never closed here (it has no
+``close`` in that contract; its owner closes it), and its ``get_state`` and
+``next`` are called from the background thread, one call at a time.
+
 Idle work: if the parent has a ``read_ahead()`` method, the producer calls it
 while the buffer is full, until it returns False (nothing more to do), instead
 of sleeping. device_put's host buffer uses it to read host batches ahead in the
@@ -51,7 +59,7 @@ import contextlib
 import copy
 import queue
 import threading
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._guard import POLL_S, closed_error
@@ -182,13 +190,67 @@ def _produce(parent: DatasetIterator[Any], buffer: _Buffer) -> None:
                 parent.close()
 
 
+_CHECKPOINTABLE = ("__next__", "get_state", "set_state")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _CheckpointableIterator(Protocol[T_co]):
+    """What a parent that is not a DatasetIterator must offer (Grain's CheckpointableIterator)."""
+
+    def __next__(self) -> T_co: ...
+
+    def get_state(self) -> Any: ...
+
+    def set_state(self, state: Any) -> None: ...
+
+
+class _CheckpointableParent(DatasetIterator[T]):
+    """A plain iterator with ``get_state``/``set_state``, seen as a DatasetIterator."""
+
+    def __init__(self, iterator: Any):
+        super().__init__()
+        self._iterator = iterator
+
+    def __next__(self) -> T:
+        return next(self._iterator)
+
+    def get_state(self) -> Any:
+        return self._iterator.get_state()
+
+    def set_state(self, state: Any) -> None:
+        self._iterator.set_state(state)
+
+    def close(self) -> None:
+        # The contract has no close(): the iterator's owner ends it, as in Grain.
+        pass
+
+    def __repr__(self) -> str:
+        return f"checkpointable iterator {type(self._iterator).__name__}"
+
+
+def _as_dataset_iterator(parent: Any) -> DatasetIterator[Any]:
+    if isinstance(parent, DatasetIterator):
+        return parent
+    missing = [name for name in _CHECKPOINTABLE if not callable(getattr(parent, name, None))]
+    if missing:
+        raise TypeError(
+            "`parent` of ThreadPrefetchDatasetIterator must be an iterator with get_state() "
+            f"and set_state(state), such as iter(dataset); {type(parent).__name__} lacks "
+            f"{', '.join(missing)}. For a dataset use "
+            "grain.experimental.ThreadPrefetchIterDataset."
+        )
+    return _CheckpointableParent(parent)
+
+
 class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
     """Reads `parent` ahead in a background thread; see the module docstring.
 
     Also used by InterleaveIterDataset to read each open iterator ahead.
 
     Args:
-      parent: the iterator to read ahead; this iterator owns it from now on.
+      parent: the iterator to read ahead; this iterator owns it from now on. A
+        DatasetIterator, or any iterator with ``get_state()`` and
+        ``set_state(state)`` (its states are then passed through as they are).
       prefetch_buffer_size: at most this many elements are read ahead (0: no thread).
       dataset: the dataset shown in error messages and statistics.
 
@@ -202,14 +264,13 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
     _STATS_ASYNC = True
 
     def __init__(
-        self, parent: DatasetIterator[T], prefetch_buffer_size: int, *, dataset: Any = None
+        self,
+        parent: DatasetIterator[T] | _CheckpointableIterator[T],
+        prefetch_buffer_size: int,
+        *,
+        dataset: Any = None,
     ):
-        if not isinstance(parent, DatasetIterator):
-            raise TypeError(
-                "`parent` of ThreadPrefetchDatasetIterator must be a DatasetIterator "
-                f"(iter(dataset)), got {type(parent).__name__}; for a dataset use "
-                "grain.experimental.ThreadPrefetchIterDataset."
-            )
+        parent = _as_dataset_iterator(parent)
         buffer_size = checks.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
         super().__init__(parent)
         self._dataset = dataset

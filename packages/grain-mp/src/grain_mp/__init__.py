@@ -25,6 +25,7 @@ from grain_mp._autotune import pick_performance_config as pick_performance_confi
 from grain_mp._data_loader import DataLoader as DataLoader
 from grain_mp._data_loader import DataLoaderIterator as DataLoaderIterator
 from grain_mp._data_loader import PyGrainDatasetIterator as PyGrainDatasetIterator
+from grain_mp._data_loader import resolve_worker_count as resolve_worker_count
 from grain_mp._elastic import ElasticIterator as ElasticIterator
 from grain_mp._load import load as load
 from grain_mp._mp_prefetch import MultiprocessPrefetchIterDataset as MultiprocessPrefetchIterDataset
@@ -61,5 +62,6 @@ __all__ = [
     "mp_prefetch",
     "multithread_prefetch",
     "pick_performance_config",
+    "resolve_worker_count",
     "sweep_dead_segments",
 ]

@@ -70,6 +70,7 @@ __all__ = [
     "DataLoaderIterator",
     "PyGrainDatasetIterator",
     "describe_for_checkpoint",
+    "resolve_worker_count",
     "sampler_length",
 ]
 
@@ -121,6 +122,25 @@ def _check_int(value: Any, name: str, low: int, fix: str) -> int:
     if value < low:
         raise ValueError(f"`{name}` must be >= {low}, got {value}. {fix}")
     return int(value)
+
+
+_WORKER_COUNT_FIX = "Use 0 to run everything in this process, None for one worker per CPU."
+
+
+def resolve_worker_count(worker_count: int | None) -> int:
+    """How many worker processes a DataLoader runs for `worker_count`.
+
+    None means one per CPU (``os.cpu_count()``, at least 1); an int >= 0 is
+    itself (0: everything in this process). Anything else raises.
+
+    Example::
+
+        resolve_worker_count(None)  # os.cpu_count(), e.g. 16
+        resolve_worker_count(4)     # 4
+    """
+    if worker_count is None:
+        return os.cpu_count() or 1
+    return _check_int(worker_count, "worker_count", 0, _WORKER_COUNT_FIX)
 
 
 def _same_sharding(a: ShardOptions, b: ShardOptions) -> bool:
@@ -205,14 +225,7 @@ class DataLoader:
                 "`operations` must be a sequence of transforms (a list, even for one: "
                 f"operations=[transform]), got {type(operations).__name__}."
             )
-        if worker_count is None:
-            worker_count = os.cpu_count() or 1
-        self._worker_count = _check_int(
-            worker_count,
-            "worker_count",
-            0,
-            "Use 0 to run everything in this process, None for one worker per CPU.",
-        )
+        self._worker_count = resolve_worker_count(worker_count)
         self._worker_buffer_size = _check_int(
             worker_buffer_size,
             "worker_buffer_size",

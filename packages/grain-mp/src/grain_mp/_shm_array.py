@@ -24,11 +24,26 @@ the array ``SharedMemoryArray(...)`` returned         when it is garbage collect
 an array from `from_metadata`                         only after `unlink_on_del()` (then when it
                                                       is garbage collected or at exit), or on
                                                       `unlink()`
-views, results of arithmetic, pickled copies (which   never
-are plain in-memory arrays), a forked child's copy
+an unpickled array (`pickle` shares by reference)     only after `unlink_on_del()`, or on
+                                                      `unlink()`, as for `from_metadata`
+views, results of arithmetic, copies (`copy.copy`,    never
+`copy.deepcopy`: plain in-memory arrays), a forked
+child's copy
 nobody (the owner was killed)                         `sweep_dead_segments`, once the process
                                                       `owner_pid` is gone
 ====================================================  ===========================================
+
+Pickling is by reference, as in Grain: the pickle holds the segment's name and
+where in it the array lies (so a view pickles as that view), never the values.
+Unpickling, in this process or another, attaches to the same pages: writes
+through either array are seen through the other. The unpickled array owns
+nothing, so the segment must still exist when it is unpickled: keep the owner
+alive until then, or `close()` it and let the receiver `unlink_on_del()`.
+Arrays whose memory is not in a segment (arithmetic results) pickle as plain
+numpy arrays. Our worker processes' transport is the exception: an element
+that is (or holds) a SharedMemoryArray arrives in the consumer as a plain copy,
+because the worker's array may be gone (and its segment unlinked) before the
+consumer reads it.
 
 Handing an array to another process::
 
@@ -226,8 +241,9 @@ class SharedMemoryArray(np.ndarray):
     arrays (`from_metadata`) unlink only after `unlink_on_del()` or on `unlink()`.
     See the module docstring for the full table. Views and arithmetic results are
     arrays over the same or new memory that own nothing (a view keeps the owning
-    array, and so the segment, alive); pickling and `copy.copy`/`copy.deepcopy`
-    yield a plain numpy copy (send `metadata` to share the pages instead).
+    array, and so the segment, alive). Pickling shares by reference: the
+    unpickled array (or view) maps the same pages and owns nothing; `copy.copy`
+    and `copy.deepcopy` yield a plain numpy copy.
 
     Example::
 
@@ -475,13 +491,45 @@ class SharedMemoryArray(np.ndarray):
         """
         self._own("close()").owns = False
 
+    def _reference(self) -> tuple[Any, ...] | None:
+        """What `_unpickle` needs to map this array again, or None if it is not in a segment."""
+        holder: Any = self
+        # A view's base is the array that attached the segment (numpy collapses chains).
+        while isinstance(holder, np.ndarray) and not (
+            isinstance(holder, SharedMemoryArray) and holder._ownership is not None
+        ):
+            holder = holder.base
+        if not isinstance(holder, SharedMemoryArray) or holder._metadata is None or not self.size:
+            return None
+        metadata = holder._metadata
+        offset = self.__array_interface__["data"][0] - holder.__array_interface__["data"][0]
+        extents = [(dim - 1) * stride for dim, stride in zip(self.shape, self.strides, strict=True)]
+        low = offset + sum(extent for extent in extents if extent < 0)
+        high = offset + sum(extent for extent in extents if extent > 0) + self.itemsize
+        if low < 0 or high > metadata.nbytes:
+            return None  # not inside the segment's bytes: cannot be described by an offset
+        return (
+            type(self),
+            metadata,
+            offset,
+            self.shape,
+            self.strides,
+            self.dtype,
+            bool(self.flags.writeable),
+        )
+
     def __reduce__(self) -> Any:
-        # A pickled SharedMemoryArray is a plain copy of the values: ownership and
-        # mappings do not travel. Share with .metadata instead.
-        return self.view(np.ndarray).__reduce__()
+        # By reference, as Grain pickles it: the segment's name and this array's place in it.
+        reference = self._reference()
+        if reference is None:
+            return self.view(np.ndarray).__reduce__()
+        return _unpickle, reference
 
     def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
-        return self.view(np.ndarray).__reduce_ex__(protocol)
+        reference = self._reference()
+        if reference is None:
+            return self.view(np.ndarray).__reduce_ex__(protocol)
+        return _unpickle, reference
 
     # A copy is deliberately a plain ndarray, not a SharedMemoryArray (numpy types it as Self).
     def __copy__(self) -> np.ndarray:  # type: ignore[override]
@@ -490,3 +538,27 @@ class SharedMemoryArray(np.ndarray):
 
     def __deepcopy__(self, memo: dict[int, Any]) -> np.ndarray:  # type: ignore[override]
         return np.array(self, copy=True, subok=False)
+
+
+def _unpickle(
+    cls: type[SharedMemoryArray],
+    metadata: SharedMemoryArrayMetadata,
+    offset: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    dtype: np.dtype,
+    writeable: bool,
+) -> SharedMemoryArray:
+    """Maps a pickled SharedMemoryArray again: an attached array owning nothing, or its view."""
+    attached = cls.from_metadata(metadata)
+    whole = offset == 0 and shape == attached.shape and strides == attached.strides
+    if whole and dtype == attached.dtype:
+        array = attached
+    else:
+        # A view of the attached array (its base), which keeps the mapping alive.
+        array = np.ndarray.__new__(
+            cls, shape, dtype, buffer=attached, offset=offset, strides=strides
+        )
+    if not writeable:
+        array.flags.writeable = False
+    return array

@@ -80,6 +80,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from grain_mp._shm_array import SharedMemoryArray
 from grain_mp._sweep import (
     attach_segment,
     create_unique_segment,
@@ -128,6 +129,11 @@ class Payload(NamedTuple):
     skeleton: bytes
 
 
+def _same(value: Any) -> Any:
+    """Unpickles as its argument: a SharedMemoryArray sent as the plain array of its values."""
+    return value
+
+
 def _leaf(index: int) -> Any:
     """Stands for array `index` of a payload; only `SegmentReader.decode` resolves it."""
     raise pickle.UnpicklingError(
@@ -136,28 +142,48 @@ def _leaf(index: int) -> Any:
     )
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles an element, setting large plain arrays aside for the segment."""
+class _ValuePickler(pickle.Pickler):
+    """Pickles an element whole, SharedMemoryArrays by value."""
 
-    def __init__(self, file: io.BytesIO, min_bytes: int) -> None:
+    def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.min_bytes = min_bytes
-        self.arrays: list[np.ndarray] = []
 
     def reducer_override(self, obj: Any) -> Any:
         # Called for every object except exact ints, floats, strs, bytes, lists,
         # tuples, dicts, sets, None and bools, so plain data costs no Python call.
-        # Exact ndarray only: subclasses may carry state a reconstruction would lose.
-        if (
-            type(obj) is np.ndarray
-            and obj.dtype.kind in _SHARED_KINDS
-            and obj.nbytes >= self.min_bytes
-        ):
-            self.arrays.append(obj)
-            # The pickler memoizes the array: the same array twice in an element
-            # is stored once and decodes to one shared array again.
-            return _leaf, (len(self.arrays) - 1,)
+        if isinstance(obj, SharedMemoryArray):
+            # It would pickle by reference, but the worker's array (and with it the
+            # segment) may be gone before the consumer reads: send its values instead.
+            return _same, (obj.view(np.ndarray),)
         return NotImplemented
+
+
+def _pickle_whole(element: Any) -> bytes:
+    buffer = io.BytesIO()
+    _ValuePickler(buffer).dump(element)
+    return buffer.getvalue()
+
+
+class _Pickler(_ValuePickler):
+    """Pickles an element, setting large plain arrays aside for the segment."""
+
+    def __init__(self, file: io.BytesIO, min_bytes: int) -> None:
+        super().__init__(file)
+        self.min_bytes = min_bytes
+        self.arrays: list[np.ndarray] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Exact ndarray only: subclasses may carry state a reconstruction would lose.
+        if type(obj) is np.ndarray:
+            if obj.dtype.kind in _SHARED_KINDS and obj.nbytes >= self.min_bytes:
+                self.arrays.append(obj)
+                # The pickler memoizes the array: the same array twice in an element
+                # is stored once and decodes to one shared array again.
+                return _leaf, (len(self.arrays) - 1,)
+            return NotImplemented
+        # A SharedMemoryArray becomes the plain array of its values (which may then
+        # go to the segment like any other).
+        return super().reducer_override(obj)
 
 
 class _Placeholder:
@@ -341,7 +367,7 @@ class SegmentPool:
             self._drain()
             if len(state.lent) >= self._max_lent:
                 # Every lent segment is still in use: send this element in the pickle.
-                return Payload(None, 0, (), pickle.dumps(element, pickle.HIGHEST_PROTOCOL))
+                return Payload(None, 0, (), _pickle_whole(element))
         found = self._flat_arrays(element)
         if found is not None:
             skeleton, arrays = found
@@ -363,7 +389,7 @@ class SegmentPool:
             position += array.nbytes
         segment = self._acquire(position)
         if segment is None:  # no room: the pipe carries any element
-            return Payload(None, 0, (), pickle.dumps(element, pickle.HIGHEST_PROTOCOL))
+            return Payload(None, 0, (), _pickle_whole(element))
         try:
             mapping = segment.mapping
             for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):

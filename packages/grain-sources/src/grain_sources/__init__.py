@@ -7,7 +7,8 @@ random-access source lives in a module of its own (`_array_record`, `_range`,
 `_shared_memory`; `_array_record_remote` for URLs, over `_array_record_index`,
 `_riegeli`, `_highwayhash` and the range-read layer `_object_store`);
 `_tfrecord` and `_parquet` are resumable sequential readers
-that grain_dataset wraps as IterDatasets; `_writer` makes ArrayRecord files;
+that grain_dataset wraps as IterDatasets (`_tfrecord_stream` reads TFRecord
+from a stream the caller opened); `_writer` makes ArrayRecord files;
 `_paths`, `_checks`, `_progress`, `_crc32c` and `_resumable` are what they share.
 """
 
@@ -30,6 +31,7 @@ from grain_sources._tfrecord import TruncatedRecordError as TruncatedRecordError
 from grain_sources._tfrecord import write_tfrecord as write_tfrecord
 from grain_sources._tfrecord_source import TFRecordDataSource as TFRecordDataSource
 from grain_sources._tfrecord_source import write_tfrecord_index as write_tfrecord_index
+from grain_sources._tfrecord_stream import TFRecordStreamReader as TFRecordStreamReader
 from grain_sources._writer import write_array_record as write_array_record
 
 __all__ = [
@@ -48,6 +50,7 @@ __all__ = [
     "SharedMemoryDataSource",
     "TFRecordDataSource",
     "TFRecordReader",
+    "TFRecordStreamReader",
     "TruncatedRecordError",
     "is_url",
     "write_array_record",

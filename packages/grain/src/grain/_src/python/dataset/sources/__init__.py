@@ -1,0 +1,1 @@
+"""Compatibility aliases only; see `grain._src`."""
