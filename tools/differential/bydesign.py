@@ -53,6 +53,14 @@ INCIDENTAL_MESSAGES = (
     "division or modulo by zero",
     "truth value of an array",
     "out of bounds for uint64",
+    "string indices must be integers",
+    "list indices must be integers",
+    "int() argument must be",
+    "can only concatenate",
+    "not all arguments converted",
+    "slice indices must be integers",
+    "should return >= 0",
+    "arg 3 must not be zero",
 )
 _BARE_KEY = re.compile(r"^(?:'[^']*'|<class '[^']*'>)$")
 
@@ -64,6 +72,12 @@ def incidental(exc: dict[str, Any]) -> bool:
     if exc["type"] == "KeyError" and _BARE_KEY.match(msg):
         return True  # a dict lookup of upstream's, not a check
     return any(m in msg for m in INCIDENTAL_MESSAGES)
+
+
+def upstream_message_incidental(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+    """Upstream's message is Python's wording for an operation inside its code that
+    the bad value broke, not a check of upstream's: no client matches it."""
+    return up.get("status") == "raised" and incidental(up["exc"])
 
 
 def _ours_deliberate(ours: dict[str, Any]) -> bool:
@@ -157,6 +171,15 @@ SHUFFLE_ALGO = (
 )
 
 RULES: list[Rule] = [
+    Rule(
+        "*",
+        ("message",),
+        "upstream's message is Python's own wording for an operation inside its code that "
+        "the bad value broke ('NoneType' object is not iterable, '<=' not supported between "
+        "instances..., a bare KeyError...), not a check of upstream's, so no client can match "
+        "it; ours says which argument is wrong and how to fix it",
+        predicate=upstream_message_incidental,
+    ),
     Rule(
         "sig.*",
         ("sig-superset",),
@@ -466,10 +489,22 @@ RULES: list[Rule] = [
 ]
 
 
-def classify(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> tuple[str, str | None]:
-    if cmp["verdict"] == "agree":
-        return "agree", None
+def _reason(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> str | None:
     for rule in RULES:
         if rule.matches(name, cmp, ours, up):
-            return "differ-by-design", rule.reason
-    return "differ", None
+            return rule.reason
+    return None
+
+
+def classify(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> tuple[str, str | None]:
+    """A tag joined with "+" ("stage-earlier+message") is explained only when each
+    of its parts is: the reasons are then listed together."""
+    if cmp["verdict"] == "agree":
+        return "agree", None
+    reasons = []
+    for why in (cmp.get("why") or "").split("+"):
+        reason = _reason(name, {**cmp, "why": why or None}, ours, up)
+        if reason is None:
+            return "differ", None
+        reasons.append(reason)
+    return "differ-by-design", " + ".join(reasons)

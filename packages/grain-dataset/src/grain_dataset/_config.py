@@ -123,7 +123,7 @@ def _option(name: Any) -> _Option:
     option = _OPTIONS.get(name) if isinstance(name, str) else None
     if option is None:
         known = ", ".join(sorted(_OPTIONS))
-        raise ValueError(f"Unrecognized config option: {name!r}. Known options: {known}.")
+        raise ValueError(f"Unrecognized config option: {name}. Known options: {known}.")
     return option
 
 
