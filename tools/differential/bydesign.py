@@ -80,6 +80,10 @@ def upstream_message_incidental(name: str, cmp: dict[str, Any], ours: Any, up: A
     return up.get("status") == "raised" and incidental(up["exc"])
 
 
+def _checked_at_the_call(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+    return ours["exc"].get("stage") == "construct" and up["exc"].get("stage") == "use"
+
+
 def _ours_deliberate(ours: dict[str, Any]) -> bool:
     if ours.get("status") != "raised":
         return False
@@ -179,6 +183,79 @@ RULES: list[Rule] = [
         "instances..., a bare KeyError...), not a check of upstream's, so no client can match "
         "it; ours says which argument is wrong and how to fix it",
         predicate=upstream_message_incidental,
+    ),
+    Rule(
+        "bad.*",
+        ("message",),
+        "ours checks the argument at the call and names it; upstream fails later, on use, "
+        "inside its machinery (numpy's SeedSequence, a packer's internal assertion, the "
+        "wrapper around a failed call, a check of an internal argument of another name), so "
+        "its message is about what broke there, not about the argument",
+        predicate=_checked_at_the_call,
+    ),
+    Rule(
+        "exp.options.raise_threshold",
+        ("message",),
+        "same wording and format as upstream's ('Transformation ... skipped N % of the last "
+        "seen M elements. Please check the filtering logic...'); the numbers differ because "
+        "ours judges the filter over its own window of elements",
+    ),
+    Rule(
+        "src.array_record.directory",
+        ("message",),
+        "upstream's message is its Riegeli reader's failure (byte offsets of its internals) "
+        "when it reads a directory; ours says the path is a directory and how to name its files",
+    ),
+    Rule(
+        "bad.state.to_iter=next_index_neg",
+        ("message",),
+        "a negative `next_index` is refused by the state check, which does not know the "
+        "dataset's length: ours says 'Checkpoint `next_index` -1 is out of range' without "
+        "upstream's 'for dataset of length N'",
+    ),
+    Rule(
+        "bad.exp.set_next_index.index=neg",
+        ("message",),
+        "a negative index is refused before the pipeline is asked for its length: ours says "
+        "'Checkpoint `next_index` -1 is out of range' without upstream's 'for dataset of "
+        "length N'",
+    ),
+    Rule(
+        "bad.exp.first_fit.length_struct=int",
+        ("message",),
+        "upstream's message is JAX's tree-structure comparison of its internals (PyTreeDef "
+        "reprs); ours says which feature does not fit `length_struct`",
+    ),
+    Rule(
+        "bad.exp.concat_then_split.bos_handling_str",
+        ("message",),
+        "upstream's message names another problem (a missing bos_token_id) for a bos_handling "
+        "that is not a BOSHandling; ours says that",
+    ),
+    Rule(
+        "bad.exp.batch_and_pad.values=none",
+        ("message",),
+        "upstream counts None as 0 values ('Cannot batch 0 values.'); ours says `values` "
+        "must be a list",
+    ),
+    Rule(
+        "bad.exp.index_shuffle=zero_rounds",
+        ("message",),
+        "upstream's wording ('an even integer between 4 and 1024') states its own Feistel "
+        "network's limits; ours' index shuffle takes any rounds >= 1 (grain-index SHUFFLE.md), "
+        "so that sentence would be false here",
+    ),
+    Rule(
+        "bad.tr.map_class_not_subclassed",
+        ("message",),
+        "Python's own wording for an abstract class, with the class's name: ours' "
+        "grain.transforms.Map is an alias of MapTransform, so Python names MapTransform",
+    ),
+    Rule(
+        "bad.dl.sampler=*",
+        ("message",),
+        "upstream's message names another problem (missing shard options) for a sampler "
+        "that is not one; ours says what a sampler must be",
     ),
     Rule(
         "sig.*",

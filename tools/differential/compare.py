@@ -100,6 +100,8 @@ _REPR_ARGS = re.compile(r"\b([A-Z]\w*)\((?:[^()]|\([^()]*\))*\)")
 # The quoted repr of an iterator names its class, one per stage in each
 # implementation (`'PrefetchDatasetIterator(...)'` upstream, ours per stage).
 _ITERATOR_REPR = re.compile(r"'[^'\n]*Iterator[^'\n]*'")
+# Each run of the harness writes its files under a fresh temporary directory.
+_TMP_DIR = re.compile(r"/tmp/graindiff-\w+")
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\).*", re.S)
 _TRUNCATED_AT = 600  # worker.py keeps this many characters of a message
 
@@ -108,6 +110,7 @@ def normalize_message(msg: str) -> str:
     """What of an exception message must agree: see the module docstring."""
     msg = _TRACEBACK.sub("", msg)
     msg = _ITERATOR_REPR.sub("'<iterator>'", msg)
+    msg = _TMP_DIR.sub("/tmp/graindiff-?", msg)
     msg = _ADDRESS.sub("0x?", msg)
     msg = _CLASS_PATH.sub(r"\1", msg)
     msg = _ARRAY.sub("array(...)", msg)

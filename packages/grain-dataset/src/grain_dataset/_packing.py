@@ -282,8 +282,9 @@ class Layout:
                 parts.append(f"has {extra}, which `length_struct` lacks")
             raise ValueError(
                 f"{grain}{self.stage}: {where} {' and '.join(parts)}. Every element needs "
-                "exactly the features of `length_struct`: add the missing ones to the elements, and give "
-                "extra features a packed length in `length_struct` or remove them with a map."
+                "exactly the features of `length_struct`: add the missing ones to the "
+                "elements, and give extra features a packed length in `length_struct` or "
+                "remove them with a map."
             )
         kind = "a dict" if isinstance(skeleton, Mapping) else f"a sequence of {len(skeleton)}"
         raise ValueError(
