@@ -99,7 +99,7 @@ def _check_seed(seed: Any) -> int:
     if isinstance(seed, bool) or not hasattr(seed, "__index__"):
         raise TypeError(
             f"Expected seed of int type. Got seed with type {type(seed)}. "
-            "Pass an integer in [0, 2**32)."
+            "`seed` must be an integer in [0, 2**32)."
         )
     value = _validate.as_int(seed, "seed")
     if not 0 <= value < SEED_LIMIT:

@@ -168,9 +168,12 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
         and rounds >= 1
     ):
         if type(index) is int and type(max_index) is int and not 0 <= index <= max_index:
+            bad = (
+                "`max_index` must be >= 0" if max_index < 0 else "`index` must be in [0, max_index]"
+            )
             raise ValueError(
                 f"index must be in [0, max_index], but got index = {index} and "
-                f"max_index = {max_index}. Pass a position of the shuffled range [0, max_index]."
+                f"max_index = {max_index}. {bad}: pass a position of the shuffled range."
             )
         plan = _checked_plan(max_index, seed, rounds)
         index = _validate.int_in_range(index, "index", 0, plan.n)
