@@ -185,7 +185,7 @@ RULES: list[Rule] = [
         predicate=upstream_message_incidental,
     ),
     Rule(
-        "bad.*",
+        "*",
         ("message",),
         "ours checks the argument at the call and names it; upstream fails later, on use, "
         "inside its machinery (numpy's SeedSequence, a packer's internal assertion, the "
@@ -274,12 +274,15 @@ RULES: list[Rule] = [
         ("names-extra",),
         "ours offers documented names beyond 0.2.18 (nothing of upstream's is missing)",
     ),
-    Rule(
-        "bad.*",
-        ("stage-earlier",),
-        "same exception family, raised at the bad call instead of on first iteration: ours "
-        "validates arguments eagerly (DESIGN.md: bad input raises a clear exception saying what "
-        "was wrong); no valid program is affected",
+    *(
+        Rule(
+            pattern,
+            ("stage-earlier",),
+            "same exception family, raised at the bad call instead of on first iteration: ours "
+            "validates arguments eagerly (DESIGN.md: bad input raises a clear exception saying "
+            "what was wrong); no valid program is affected",
+        )
+        for pattern in ("bad.*", "err.*")
     ),
     Rule(
         "*",

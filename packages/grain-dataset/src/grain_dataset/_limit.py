@@ -32,7 +32,7 @@ class LimitIterDataset(IterStage):
         super().__init__(as_iter_dataset(parent, "parent"))
         # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
         self._count = checks.int_in_range(
-            count, "count", 1, lead="Count must be a non-negative integer. Got {value}"
+            count, "count", 1, lead="Count must be a non-negative integer. Got {value}."
         )
 
     def _describe(self) -> str:
