@@ -95,8 +95,10 @@ def _subscript(path: tuple[Any, ...]) -> str:
 
 def _leaf_spec(value: Any) -> str:
     """A leaf as Grain describes it: dtype and shape, e.g. 'int32[2]' or 'int[]'."""
+    if isinstance(value, list | tuple):
+        return f"{type(value).__name__}[{len(value)}]"
     dtype = value.dtype.name if hasattr(value, "dtype") else type(value).__name__
-    return f"{dtype}[{','.join(map(str, np.shape(value)))}]"
+    return f"{dtype}[{','.join(map(str, getattr(value, 'shape', ())))}]"
 
 
 class _GrainKey(str):
