@@ -4,6 +4,7 @@ A rule matches a case by name pattern (fnmatch) and by the comparison's tag
 (`why`, from compare.py); an optional `only_keys` says that the two values may
 differ only under those top-level keys of a dict result (everything else must
 be equal). The first matching rule classifies the case as "differ-by-design".
+A tag joined with "+" ("stage-earlier+message") needs a rule for each part.
 Anything that matches no rule stays "differ" and is reported for fixing.
 
 Keep this table short and honest: a rule is for a deliberate design choice or

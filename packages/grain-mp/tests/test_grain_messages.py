@@ -12,10 +12,12 @@ import re
 import numpy as np
 import pytest
 
+from grain_dataset import MapDataset
 from grain_index import IndexSampler, NoSharding
 from grain_mp import (
     BatchOperation,
     DataLoader,
+    ElasticIterator,
     FilterOperation,
     MapOperation,
     MultiprocessingOptions,
@@ -71,6 +73,13 @@ CASES = [
         ),
         ValueError,
         "Inputs to PackAndBatchOperation must be truncated to max length.",
+    ),
+    (
+        lambda: ElasticIterator(
+            MapDataset.range(8), global_batch_size=0, shard_options=NoSharding()
+        ),
+        ValueError,
+        "batch_size must be positive.",
     ),
     (
         lambda: MultiprocessingOptions(per_worker_buffer_size=0),
