@@ -20,7 +20,8 @@ Rules:
   its explanation after it). Both are normalized first for what legitimately
   varies between the implementations and runs (`normalize_message`: object
   addresses, module paths of classes, numpy array contents, the arguments inside
-  an object's repr, whitespace, an embedded traceback). A message that is not
+  an object's repr, the quoted repr of an iterator, the harness's temporary
+  directories, whitespace, an embedded traceback). A message that is not
   contained is tagged "message"; with a stage difference too, the tag is
   "stage-earlier+message" (each part must be explained in bydesign.py). A
   message upstream truncated (the worker keeps 600 characters) is compared on
