@@ -4,6 +4,7 @@ A rule matches a case by name pattern (fnmatch) and by the comparison's tag
 (`why`, from compare.py); an optional `only_keys` says that the two values may
 differ only under those top-level keys of a dict result (everything else must
 be equal). The first matching rule classifies the case as "differ-by-design".
+A tag joined with "+" ("stage-earlier+message") needs a rule for each part.
 Anything that matches no rule stays "differ" and is reported for fixing.
 
 Keep this table short and honest: a rule is for a deliberate design choice or
@@ -53,6 +54,14 @@ INCIDENTAL_MESSAGES = (
     "division or modulo by zero",
     "truth value of an array",
     "out of bounds for uint64",
+    "string indices must be integers",
+    "list indices must be integers",
+    "int() argument must be",
+    "can only concatenate",
+    "not all arguments converted",
+    "slice indices must be integers",
+    "should return >= 0",
+    "arg 3 must not be zero",
 )
 _BARE_KEY = re.compile(r"^(?:'[^']*'|<class '[^']*'>)$")
 
@@ -64,6 +73,16 @@ def incidental(exc: dict[str, Any]) -> bool:
     if exc["type"] == "KeyError" and _BARE_KEY.match(msg):
         return True  # a dict lookup of upstream's, not a check
     return any(m in msg for m in INCIDENTAL_MESSAGES)
+
+
+def upstream_message_incidental(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+    """Upstream's message is Python's wording for an operation inside its code that
+    the bad value broke, not a check of upstream's: no client matches it."""
+    return up.get("status") == "raised" and incidental(up["exc"])
+
+
+def _checked_at_the_call(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> bool:
+    return ours["exc"].get("stage") == "construct" and up["exc"].get("stage") == "use"
 
 
 def _ours_deliberate(ours: dict[str, Any]) -> bool:
@@ -158,6 +177,88 @@ SHUFFLE_ALGO = (
 
 RULES: list[Rule] = [
     Rule(
+        "*",
+        ("message",),
+        "upstream's message is Python's own wording for an operation inside its code that "
+        "the bad value broke ('NoneType' object is not iterable, '<=' not supported between "
+        "instances..., a bare KeyError...), not a check of upstream's, so no client can match "
+        "it; ours says which argument is wrong and how to fix it",
+        predicate=upstream_message_incidental,
+    ),
+    Rule(
+        "*",
+        ("message",),
+        "ours checks the argument at the call and names it; upstream fails later, on use, "
+        "inside its machinery (numpy's SeedSequence, a packer's internal assertion, the "
+        "wrapper around a failed call, a check of an internal argument of another name), so "
+        "its message is about what broke there, not about the argument",
+        predicate=_checked_at_the_call,
+    ),
+    Rule(
+        "exp.options.raise_threshold",
+        ("message",),
+        "same wording and format as upstream's ('Transformation ... skipped N % of the last "
+        "seen M elements. Please check the filtering logic...'); the numbers differ because "
+        "ours judges the filter over its own window of elements",
+    ),
+    Rule(
+        "src.array_record.directory",
+        ("message",),
+        "upstream's message is its Riegeli reader's failure (byte offsets of its internals) "
+        "when it reads a directory; ours says the path is a directory and how to name its files",
+    ),
+    Rule(
+        "bad.state.to_iter=next_index_neg",
+        ("message",),
+        "a negative `next_index` is refused by the state check, which does not know the "
+        "dataset's length: ours says 'Checkpoint `next_index` -1 is out of range' without "
+        "upstream's 'for dataset of length N'",
+    ),
+    Rule(
+        "bad.exp.set_next_index.index=neg",
+        ("message",),
+        "a negative index is refused before the pipeline is asked for its length: ours says "
+        "'Checkpoint `next_index` -1 is out of range' without upstream's 'for dataset of "
+        "length N'",
+    ),
+    Rule(
+        "bad.exp.first_fit.length_struct=int",
+        ("message",),
+        "upstream's message is JAX's tree-structure comparison of its internals (PyTreeDef "
+        "reprs); ours says which feature does not fit `length_struct`",
+    ),
+    Rule(
+        "bad.exp.concat_then_split.bos_handling_str",
+        ("message",),
+        "upstream's message names another problem (a missing bos_token_id) for a bos_handling "
+        "that is not a BOSHandling; ours says that",
+    ),
+    Rule(
+        "bad.exp.batch_and_pad.values=none",
+        ("message",),
+        "upstream counts None as 0 values ('Cannot batch 0 values.'); ours says `values` "
+        "must be a list",
+    ),
+    Rule(
+        "bad.exp.index_shuffle=zero_rounds",
+        ("message",),
+        "upstream's wording ('an even integer between 4 and 1024') states its own Feistel "
+        "network's limits; ours' index shuffle takes any rounds >= 1 (grain-index SHUFFLE.md), "
+        "so that sentence would be false here",
+    ),
+    Rule(
+        "bad.tr.map_class_not_subclassed",
+        ("message",),
+        "Python's own wording for an abstract class, with the class's name: ours' "
+        "grain.transforms.Map is an alias of MapTransform, so Python names MapTransform",
+    ),
+    Rule(
+        "bad.dl.sampler=*",
+        ("message",),
+        "upstream's message names another problem (missing shard options) for a sampler "
+        "that is not one; ours says what a sampler must be",
+    ),
+    Rule(
         "sig.*",
         ("sig-superset",),
         "signature is a compatible superset: every call valid upstream is valid in ours with "
@@ -174,12 +275,15 @@ RULES: list[Rule] = [
         ("names-extra",),
         "ours offers documented names beyond 0.2.18 (nothing of upstream's is missing)",
     ),
-    Rule(
-        "bad.*",
-        ("stage-earlier",),
-        "same exception family, raised at the bad call instead of on first iteration: ours "
-        "validates arguments eagerly (DESIGN.md: bad input raises a clear exception saying what "
-        "was wrong); no valid program is affected",
+    *(
+        Rule(
+            pattern,
+            ("stage-earlier",),
+            "same exception family, raised at the bad call instead of on first iteration: ours "
+            "validates arguments eagerly (DESIGN.md: bad input raises a clear exception saying "
+            "what was wrong); no valid program is affected",
+        )
+        for pattern in ("bad.*", "err.*")
     ),
     Rule(
         "*",
@@ -481,10 +585,22 @@ RULES: list[Rule] = [
 ]
 
 
-def classify(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> tuple[str, str | None]:
-    if cmp["verdict"] == "agree":
-        return "agree", None
+def _reason(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> str | None:
     for rule in RULES:
         if rule.matches(name, cmp, ours, up):
-            return "differ-by-design", rule.reason
-    return "differ", None
+            return rule.reason
+    return None
+
+
+def classify(name: str, cmp: dict[str, Any], ours: Any, up: Any) -> tuple[str, str | None]:
+    """A tag joined with "+" ("stage-earlier+message") is explained only when each
+    of its parts is: the reasons are then listed together."""
+    if cmp["verdict"] == "agree":
+        return "agree", None
+    reasons = []
+    for why in (cmp.get("why") or "").split("+"):
+        reason = _reason(name, {**cmp, "why": why or None}, ours, up)
+        if reason is None:
+            return "differ", None
+        reasons.append(reason)
+    return "differ-by-design", " + ".join(reasons)

@@ -12,9 +12,20 @@ Rules:
 - both raised: agree when ours is in upstream's exception family, that is when
   our MRO contains upstream's exception type name or the nearest built-in
   exception class of upstream's MRO (so our ValueError subclass agrees with a
-  ValueError; an IndexError does not agree with a KeyError). Messages are never
-  compared (they are recorded side by side). The stage ("construct" vs "use")
-  must match too; where it does not, the difference is reported as such.
+  ValueError; an IndexError does not agree with a KeyError). The stage
+  ("construct" vs "use") must match too; where it does not, the difference is
+  reported as such ("stage-earlier", "stage-later").
+- messages, when both raised in the same family: clients match them with
+  `assertRaisesRegex`, so ours must contain upstream's message (ours may add
+  its explanation after it). Both are normalized first for what legitimately
+  varies between the implementations and runs (`normalize_message`: object
+  addresses, module paths of classes, numpy array contents, the arguments inside
+  an object's repr, the quoted repr of an iterator, the harness's temporary
+  directories, whitespace, an embedded traceback). A message that is not
+  contained is tagged "message"; with a stage difference too, the tag is
+  "stage-earlier+message" (each part must be explained in bydesign.py). A
+  message upstream truncated (the worker keeps 600 characters) is compared on
+  its first 300 normalized characters.
 - anything else differs.
 """
 
@@ -76,6 +87,44 @@ def same_family(ours: dict[str, Any], up: dict[str, Any]) -> bool:
     if up["type"] in _TOO_GENERIC:
         return True
     return any(n in ours.get("mro", []) for n in fam)
+
+
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")
+# `grain._src.python.dataset.transformations.map.MapMapDataset` (upstream) and
+# `grain_dataset._map.MapMapDataset` (ours) are the same public class.
+_CLASS_PATH = re.compile(r"\b(?:grain|grain_\w+|__main__)(?:\.\w+)*\.(\w+)")
+# numpy reprs print their data (and wrap it differently by width): keep the word.
+_ARRAY = re.compile(r"\barray\((?:[^()]|\([^()]*\))*\)")
+# `Name(arg=..., ...)` reprs of objects: the class name is part of the message,
+# the arguments each implementation prints are not (one nesting level).
+_REPR_ARGS = re.compile(r"\b([A-Z]\w*)\((?:[^()]|\([^()]*\))*\)")
+# The quoted repr of an iterator names its class, one per stage in each
+# implementation (`'PrefetchDatasetIterator(...)'` upstream, ours per stage).
+_ITERATOR_REPR = re.compile(r"'[^'\n]*Iterator[^'\n]*'")
+# Each run of the harness writes its files under a fresh temporary directory.
+_TMP_DIR = re.compile(r"/tmp/graindiff-\w+")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\).*", re.S)
+_TRUNCATED_AT = 600  # worker.py keeps this many characters of a message
+
+
+def normalize_message(msg: str) -> str:
+    """What of an exception message must agree: see the module docstring."""
+    msg = _TRACEBACK.sub("", msg)
+    msg = _ITERATOR_REPR.sub("'<iterator>'", msg)
+    msg = _TMP_DIR.sub("/tmp/graindiff-?", msg)
+    msg = _ADDRESS.sub("0x?", msg)
+    msg = _CLASS_PATH.sub(r"\1", msg)
+    msg = _ARRAY.sub("array(...)", msg)
+    msg = _REPR_ARGS.sub(r"\1(...)", msg)
+    return " ".join(msg.split())
+
+
+def message_agrees(ours: str, up: str) -> bool:
+    """Whether our message contains upstream's, after normalization."""
+    u, o = normalize_message(up), normalize_message(ours)
+    if len(up) >= _TRUNCATED_AT:
+        u = u[:300]
+    return u in o
 
 
 MISSING_TYPES = {"AttributeError", "ImportError", "ModuleNotFoundError", "NameError"}
@@ -251,18 +300,27 @@ def compare(meta: dict[str, Any], ours: dict[str, Any], up: dict[str, Any]) -> d
                 "why": "exception-type",
                 "detail": f"{eu['type']} vs {eo['type']}",
             }
+        same_message = message_agrees(eo.get("msg", ""), eu.get("msg", ""))
+        plus = "" if same_message else "+message"
+        lacks = "" if same_message else "; ours' message lacks upstream's wording"
         st_u, st_o = eu.get("stage"), eo.get("stage")
         if st_u != st_o:
             if st_o == "construct" and st_u == "use":
                 return {
                     "verdict": "differ",
-                    "why": "stage-earlier",
-                    "detail": "ours raises at construction, upstream on use",
+                    "why": "stage-earlier" + plus,
+                    "detail": "ours raises at construction, upstream on use" + lacks,
                 }
             return {
                 "verdict": "differ",
-                "why": "stage-later",
-                "detail": f"upstream raises at {st_u}, ours at {st_o}",
+                "why": "stage-later" + plus,
+                "detail": f"upstream raises at {st_u}, ours at {st_o}" + lacks,
+            }
+        if not same_message:
+            return {
+                "verdict": "differ",
+                "why": "message",
+                "detail": "ours' message lacks upstream's wording",
             }
         return {"verdict": "agree"}
     if su == so and su in ("timeout", "hang", "crash"):

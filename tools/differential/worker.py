@@ -46,6 +46,7 @@ CASE_MODULES = [
     "cases_bad",
     "cases_mix_epochs",
     "cases_subclass",
+    "cases_errors",
 ]
 
 

@@ -93,6 +93,7 @@ def _apply_one(ds: Any, transform: Any, where: str) -> Any:
     if not matched:
         kind = "a plain callable" if callable(transform) else type(transform).__name__
         raise UnsupportedTransformationError(
+            f"Transformation type: {transform} is not supported. "
             f"apply_transformations: {where} is {kind} ({transform!r}), not a transform "
             f"object. Accepted: {_ACCEPTED}. Wrap a function in one of these classes, or "
             "call ds.map(fn) / ds.filter(fn) directly."

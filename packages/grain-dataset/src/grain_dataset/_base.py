@@ -211,7 +211,8 @@ def dataset_list(value: Any, name: str, stage: str, *, allow_empty: bool = False
         )
     values = list(value)
     if not values and not allow_empty:
-        raise ValueError(f"`{name}` of {stage} is empty: it must hold at least one dataset.")
+        grain = "At least one parent must be provided. " if name == "parents" else ""
+        raise ValueError(f"{grain}`{name}` of {stage} is empty: it must hold at least one dataset.")
     return values
 
 

@@ -28,7 +28,9 @@ from grain_index import checks
 
 def _batch_options(stage: Any, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> None:
     """Checks the batch arguments and sets them on `stage` (both batch classes share them)."""
-    batch_size = checks.int_in_range(batch_size, "batch_size", 1)
+    batch_size = checks.int_in_range(
+        batch_size, "batch_size", 1, lead="batch_size must be positive."
+    )
     if not isinstance(drop_remainder, bool):
         raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
     if batch_fn is not None and not callable(batch_fn):
@@ -50,6 +52,9 @@ def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
         stage = getattr(type(ds), "discards_elements", None)
         if stage is not None:
             raise ValueError(
+                f"`MapDataset.batch` can not follow {stage} because `filter` can discard "
+                "elements. Convert `MapDataset` to `IterDataset` with `to_iter_dataset()` "
+                "before calling `batch`. "
                 f"`MapDataset.batch` cannot follow {stage}: it can leave positions empty, "
                 "so batches would hold fewer than `batch_size` elements. Batch before it, "
                 "or convert to an IterDataset first: ds.to_iter_dataset().batch(...)."

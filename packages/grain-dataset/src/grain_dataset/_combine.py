@@ -58,6 +58,7 @@ def mix_weights(weights: Any, count: int) -> list[Any]:
     for i, weight in enumerate(weights):
         if isinstance(weight, int | float | np.number) and weight == 0:
             raise ValueError(
+                "Must specify all non-zero proportions for mixing. "
                 f"`weights` of mix: weights[{i}] is 0, so dataset {i} would never be read. Give "
                 "every dataset a weight > 0, or leave it out of the mix."
             )
@@ -107,6 +108,7 @@ class ConcatenateMapDataset(MapStage):
         for i, length in enumerate(self._lengths[:-1]):
             if is_infinite(length):
                 raise ValueError(
+                    f"Cannot concatenate infinite datasets. {datasets[i]!r} is infinite. "
                     f"`datasets[{i}]` of concatenate is infinite, so the datasets after it "
                     "would never be reached; only the last may be infinite."
                 )
@@ -171,7 +173,10 @@ class MixedMapDataset(MapStage):
         self._lengths = [len(dataset) for dataset in datasets]
         empty = [i for i, length in enumerate(self._lengths) if length == 0]
         if empty:
+            listed = ", ".join(f"index {i} ({datasets[i]!r})" for i in empty)
             raise ValueError(
+                "All datasets must have positive length for mixing, but dataset(s) at "
+                f"{listed} have length 0. "
                 f"`datasets[{empty[0]}]` of mix is empty ({datasets[empty[0]]!r}): a mix's epoch "
                 "ends when any dataset runs out, so it would have no element. Leave empty "
                 "datasets out of the mix."

@@ -145,6 +145,8 @@ class ConcatThenSplitIterDataset(IterStage):
         if bos_handling is BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS:
             if bos_token_id is None:
                 raise ValueError(
+                    "bos_token_id must be set if bos_handling is "
+                    "BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS. "
                     "`bos_token_id` is required with BOSHandling.REPLACE_FIRST_TOKEN_WITH_BOS: "
                     "pass the tokenizer's BOS id."
                 )

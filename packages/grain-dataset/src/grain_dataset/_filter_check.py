@@ -57,6 +57,11 @@ class FilterRatioCheck:
         limit = options.filter_raise_threshold_ratio
         if limit is not None and ratio > limit:
             raise ValueError(
+                f"Transformation {self._stage} skipped {ratio * 100:.2f} % of the last seen "
+                f"{self._seen} elements. Please check the filtering logic. If this is intended, "
+                "consider pre-filtering the input dataset before training. To disable this "
+                "check, set `grain.experimental.DatasetOptions.filter_raise_threshold_ratio` "
+                "used in `WithOptionsIterDataset` to `None`. "
                 f"{self._stage} dropped {self._dropped} of {self._seen} elements "
                 f"({ratio:.1%}), above filter_raise_threshold_ratio={limit}. Check the "
                 "filter, or raise the threshold with grain.experimental.WithOptionsIterDataset("

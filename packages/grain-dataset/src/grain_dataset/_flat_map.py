@@ -68,7 +68,11 @@ class _FlatMapper:
             raise
         if len(outputs) > limit:
             raise ValueError(
-                f"the FlatMapTransform {_transforms.describe(self.transform)} returned more "
+                "The user-provided FlatMapTransform has a split that exceeds specified max "
+                "fan-out size. To address this, you can raise the max fan-out size, but for a "
+                "max fan-out size >100, performance may suffer. Please consider preprocessing "
+                "your data to keep the max fan-out size reasonable. "
+                f"The FlatMapTransform {_transforms.describe(self.transform)} returned more "
                 f"than max_fan_out={limit} elements for the element "
                 f"{reprlib.repr(element)}; raise its max_fan_out or split the element "
                 "into fewer parts."

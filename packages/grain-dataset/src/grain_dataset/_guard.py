@@ -228,8 +228,13 @@ def add_lock(iterator: Any) -> None:
 def closed_error(iterator: Any) -> ValueError:
     """The error of `next()` on a closed `iterator`."""
     made_by = getattr(iterator, "_MADE_BY", "iter(dataset)")
+    # Grain's wording, which clients match: its thread prefetch says it its own way.
+    if type(iterator).__name__ == "ThreadPrefetchDatasetIterator":
+        grain = "Attempting to use a closed iterator."
+    else:
+        grain = f"Trying to advance a closed iterator: '{iterator!r}'."
     return ValueError(
-        f"next() on a closed iterator ({type(iterator).__name__}): close() stopped its "
+        f"{grain} next() on a closed iterator ({type(iterator).__name__}): close() stopped its "
         f"threads and workers for good. Create a new one with {made_by} (and "
         "set_state(...) to continue where this one was)."
     )

@@ -31,7 +31,9 @@ class LimitIterDataset(IterStage):
     def __init__(self, parent: IterDataset[Any], count: int):
         super().__init__(as_iter_dataset(parent, "parent"))
         # 0 is refused, as in Grain: an empty pipeline is almost always a mistake.
-        self._count = checks.int_in_range(count, "count", 1)
+        self._count = checks.int_in_range(
+            count, "count", 1, lead="Count must be a non-negative integer. Got {value}."
+        )
 
     def _describe(self) -> str:
         return f"count={self._count}"

@@ -76,7 +76,9 @@ def set_next_index(ds_iter: Any, index: int) -> None:
     method = _hook(ds_iter, "_set_next_index")
     index = checks.as_int(index, "index")
     if index < 0:
-        raise OutOfRangeError(f"`index` must be >= 0, got {index}.")
+        raise OutOfRangeError(
+            f"Checkpoint `next_index` {index} is out of range: `index` must be >= 0."
+        )
     with _locked(ds_iter):
         method(index)
 

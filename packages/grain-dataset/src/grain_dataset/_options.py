@@ -33,7 +33,9 @@ class ReadOptions:
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("num_threads", "prefetch_buffer_size"):
-            checks.int_in_range(value, f"ReadOptions.{name}", 0)
+            checks.int_in_range(
+                value, f"ReadOptions.{name}", 0, lead=name + " must be non-negative, got {value}."
+            )
         object.__setattr__(self, name, value)
 
 

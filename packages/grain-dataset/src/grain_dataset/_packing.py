@@ -93,6 +93,28 @@ def _subscript(path: tuple[Any, ...]) -> str:
     return "".join(f"[{key!r}]" for key in path)
 
 
+def _leaf_spec(value: Any) -> str:
+    """A leaf as Grain describes it: dtype and shape, e.g. 'int32[2]' or 'int[]'."""
+    if isinstance(value, list | tuple):
+        return f"{type(value).__name__}[{len(value)}]"
+    dtype = value.dtype.name if hasattr(value, "dtype") else type(value).__name__
+    return f"{dtype}[{','.join(map(str, getattr(value, 'shape', ())))}]"
+
+
+class _GrainKey(str):
+    """A path entry printed as Grain prints it (a JAX key path entry)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _key_path(path: tuple[Any, ...]) -> tuple[_GrainKey, ...]:
+    return tuple(
+        _GrainKey(f"SequenceKey(idx={key})" if isinstance(key, int) else f"DictKey(key={key!r})")
+        for key in path
+    )
+
+
 def _path_text(path: tuple[Any, ...]) -> str:
     """The path standing alone, as in "feature ['a'] of an element"."""
     return _subscript(path) or "(the whole element)"
@@ -237,7 +259,20 @@ class Layout:
         else:
             out.append(node)
 
+    def _grain_structure(self, node: Any, skeleton: Any) -> str:
+        """ConcatThenSplitIterDataset's wording in Grain, which clients match; "" elsewhere."""
+        if not self.stage.startswith("ConcatThenSplit"):
+            return ""
+        if isinstance(node, Mapping):
+            spec = {key: _leaf_spec(value) for key, value in node.items()}
+            return (
+                f"Parent element has structure {spec} but target sequence length is "
+                f"{skeleton}. There must be a sequence length for each feature. "
+            )
+        return f"Parent elements must be unnested dictionaries but got {_leaf_spec(node)}. "
+
     def _structure_error(self, node: Any, skeleton: Any, element: Any, path: tuple) -> None:
+        grain = self._grain_structure(node, skeleton)
         where = f"element{_subscript(path)}"
         if isinstance(skeleton, Mapping) and isinstance(node, Mapping):
             missing = [key for key in skeleton if key not in node]
@@ -248,13 +283,14 @@ class Layout:
             if extra:
                 parts.append(f"has {extra}, which `length_struct` lacks")
             raise ValueError(
-                f"{self.stage}: {where} {' and '.join(parts)}. Every element needs exactly the "
-                "features of `length_struct`: add the missing ones to the elements, and give "
-                "extra features a packed length in `length_struct` or remove them with a map."
+                f"{grain}{self.stage}: {where} {' and '.join(parts)}. Every element needs "
+                "exactly the features of `length_struct`: add the missing ones to the "
+                "elements, and give extra features a packed length in `length_struct` or "
+                "remove them with a map."
             )
         kind = "a dict" if isinstance(skeleton, Mapping) else f"a sequence of {len(skeleton)}"
         raise ValueError(
-            f"{self.stage}: {where} must be {kind} like `length_struct{_subscript(path)}`, "
+            f"{grain}{self.stage}: {where} must be {kind} like `length_struct{_subscript(path)}`, "
             f"got {type(node).__name__}: {_short(node)}. Make `length_struct` mirror the "
             "elements' structure."
         )
@@ -448,7 +484,13 @@ class _PackIterDataset(IterStage):
         self._max_sequences = (
             None
             if max_sequences_per_bin is None
-            else checks.int_in_range(max_sequences_per_bin, "max_sequences_per_bin", 1)
+            else checks.int_in_range(
+                max_sequences_per_bin,
+                "max_sequences_per_bin",
+                1,
+                lead="If specified, `max_sequences_per_bin` must be a positive integer, "
+                "but got {value}.",
+            )
         )
 
     def _describe(self) -> str:
@@ -562,6 +604,20 @@ class _PackIterator(StageIterator):
         # Per bin: the values of the meta features `length_struct` lacks, one tuple each.
         self._extras: list[list[tuple[Any, ...]]] = [[] for _ in range(bins)]
 
+    def _grain_too_long(self, leaves: list[np.ndarray]) -> str:
+        """Grain's wording for elements longer than the packed length (clients match it)."""
+        limits = self._layout.lengths
+        over = [
+            (_key_path(self._layout.paths[i]), leaf.shape[0], limits[i])
+            for i, leaf in enumerate(leaves)
+            if leaf.shape[0] > limits[i]
+        ]
+        packer = "packer" if self._best_fit else "PackedBatch"
+        return (
+            f"Inputs to {packer} must be truncated to max length. Exceeds: "
+            f"(feature_path, feature_length, max_length) = {over}"
+        )
+
     def _prepare(self, element: Any) -> tuple[list[np.ndarray], list[int]] | None:
         """The element's checked leaves and lengths (truncated to fit); None if it is empty."""
         leaves = self._layout.checked_leaves(element, self._dtypes)
@@ -571,6 +627,7 @@ class _PackIterator(StageIterator):
             size = leaf.shape[0]
             if size > limits[index]:
                 raise ValueError(
+                    f"{self._grain_too_long(leaves)} "
                     f"{self._layout.stage}: feature {self._layout.names[index]} of an element "
                     f"has {size} tokens, more than its packed length {limits[index]}. Truncate "
                     f"elements to the packed length before packing (e.g. a map that keeps "

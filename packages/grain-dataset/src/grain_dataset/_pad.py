@@ -85,16 +85,22 @@ def batch_and_pad(
         is < 1, or `mask_key` is already a key of the elements.
       TypeError: `mask_key` is set but the elements are not dicts.
     """
-    batch_size = checks.int_in_range(batch_size, "batch_size", 1)
     if not isinstance(values, Iterable):
         raise WrongTypeError(
             f"batch_and_pad: `values` must be a list of elements, got {type(values).__name__}."
         )
     values = list(values)
+    batch_size = checks.int_in_range(
+        batch_size, "batch_size", 1, lead=f"Cannot batch {len(values)} values to {{value}}."
+    )
     if not values:
-        raise ValueError("batch_and_pad: `values` is empty; a batch needs at least one element.")
+        raise ValueError(
+            "Cannot batch 0 values. "
+            "batch_and_pad: `values` is empty; a batch needs at least one element."
+        )
     if len(values) > batch_size:
         raise ValueError(
+            f"Cannot batch {len(values)} values to {batch_size}. "
             f"batch_and_pad: got {len(values)} values for batch_size={batch_size}; it can "
             "only pad a batch up to `batch_size`. Pass the same batch_size as to `.batch`."
         )

@@ -470,6 +470,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
         position = state["next_index"]
         if position > self._length:
             raise OutOfRangeError(
+                f"Checkpoint `next_index` {position} is out of range for dataset of length "
+                f"{self._length}. "
                 f"state['next_index']={position} is past the end of this dataset "
                 f"(length {self._length}): the state is from a different pipeline."
             )
@@ -483,7 +485,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def _set_next_index(self, index: int) -> None:
         if index > self._length:
             raise OutOfRangeError(
-                f"index {index} is past the end of this dataset (length {self._length})."
+                f"Checkpoint `next_index` {index} is out of range for dataset of length "
+                f"{self._length}. Index {index} is past the end of this dataset."
             )
         if index:
             self._filter_check.restored()

@@ -111,7 +111,9 @@ class RebatchIterDataset(IterStage):
                 f"got {type(parent).__name__}."
             )
         super().__init__(parent)
-        self._batch_size = checks.int_in_range(batch_size, "batch_size", 1)
+        self._batch_size = checks.int_in_range(
+            batch_size, "batch_size", 1, lead="batch_size must be positive."
+        )
         if not isinstance(drop_remainder, bool):
             raise TypeError(f"`drop_remainder` must be a bool, got {drop_remainder!r}.")
         self._drop_remainder = drop_remainder

@@ -55,11 +55,14 @@ class RepeatMapDataset(MapStage):
         length = len(parent)
         if is_infinite(length):
             raise ValueError(
-                "cannot repeat an infinite dataset (its length is sys.maxsize already): "
+                f"Repeating already infinite dataset {parent!r} does nothing. "
+                "Cannot repeat an infinite dataset (its length is sys.maxsize already): "
                 "remove one of the .repeat() calls."
             )
         if num_epochs is not None:
-            num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
+            num_epochs = checks.int_in_range(
+                num_epochs, "num_epochs", 1, lead="num_epochs must be positive, but got {value}."
+            )
         if length == 0:
             self._length = 0  # any number of epochs of nothing, as in Grain
         elif num_epochs is None:
@@ -109,7 +112,9 @@ class RepeatIterDataset(IterStage):
     def __init__(self, parent: IterDataset[Any], num_epochs: int | None = None):
         super().__init__(as_iter_dataset(parent, "parent"))
         if num_epochs is not None:
-            num_epochs = checks.int_in_range(num_epochs, "num_epochs", 1)
+            num_epochs = checks.int_in_range(
+                num_epochs, "num_epochs", 1, lead="num_epochs must be positive, but got {value}."
+            )
         self._num_epochs = num_epochs
 
     def _describe(self) -> str:

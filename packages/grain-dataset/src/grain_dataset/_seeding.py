@@ -22,7 +22,22 @@ SEED_LIMIT = 1 << 32
 
 def explicit_seed(seed: Any, name: str = "seed") -> int:
     """Checks a user's per-stage seed: an integer in [0, 2**32)."""
-    return checks.int_in_range(seed, name, 0, SEED_LIMIT)
+    return checks.int_in_range(
+        seed,
+        name,
+        0,
+        SEED_LIMIT,
+        lead="Seed must be an integer between 0 and 2**32-1 (got seed={value}).",
+    )
+
+
+# Grain's wording where a random stage has no seed, which clients match.
+_GRAIN_NO_SEED = {
+    "shuffle": "`shuffle` requires a seed. Please provide it with `ds.seed(seed)`. ",
+    "random_map": "`random_map` requires a seed. Please either provide it with `ds.seed(seed)` "
+    "before any random transformations or pass it directly with "
+    "`ds.random_map(transform, seed=seed)`. ",
+}
 
 
 def stage_seed(stage: Any, seed: Any, what: str) -> int:
@@ -32,7 +47,8 @@ def stage_seed(stage: Any, seed: Any, what: str) -> int:
     default = stage._stage_seed
     if default is None:
         raise ValueError(
-            f"`{what}` needs a seed: call ds.seed(seed) earlier in the pipeline "
+            _GRAIN_NO_SEED.get(what, "")
+            + f"`{what}` needs a seed: call ds.seed(seed) earlier in the pipeline "
             f"or pass seed=... to `{what}`."
         )
     return default

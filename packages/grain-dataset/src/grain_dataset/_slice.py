@@ -42,7 +42,8 @@ class SliceMapDataset(MapStage):
             return
         if sl.step == 0:
             raise ValueError(
-                "the step of a slice must not be 0 (use ds[start:stop:step], step != 0)."
+                "slice step cannot be zero: the step of a slice must not be 0 "
+                "(use ds[start:stop:step], step != 0)."
             )
         for name in ("start", "stop", "step"):
             value = getattr(sl, name)
@@ -84,6 +85,7 @@ def _index_sequence(indices: Any, length: int) -> np.ndarray:
     """`indices` (ints in [-length, length)) as an int64 array of indices in [0, length)."""
     if isinstance(indices, str | bytes) or not isinstance(indices, Sequence | np.ndarray):
         raise WrongTypeError(
+            f"sl is not a slice: {type(indices)}. "
             "`sl` must be a slice (like slice(0, None, 2)) or a sequence of indices, "
             f"got {type(indices).__name__}."
         )

@@ -42,8 +42,14 @@ def check_state(
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             error = OutOfRangeError if isinstance(value, int) and value < 0 else ValueError
+            # Grain's wording for a negative position, which clients match.
+            grain = (
+                f"Checkpoint `next_index` {value} is out of range. "
+                if field == "next_index" and error is OutOfRangeError
+                else ""
+            )
             raise error(
-                f"state[{field!r}] of {stage} must be an integer >= 0, got {value!r}; "
+                f"{grain}state[{field!r}] of {stage} must be an integer >= 0, got {value!r}; "
                 "the state is corrupt or from another pipeline."
             )
     return state

@@ -98,7 +98,12 @@ class ThreadPrefetchIterDataset(IterDataset[T]):
     def __init__(self, parent: IterDataset[T], *, prefetch_buffer_size: int):
         # A MapDataset parent is read with to_iter_dataset(), as Grain accepts it.
         super().__init__(as_iter_dataset(parent, "parent", "ThreadPrefetchIterDataset"))
-        self._buffer_size = checks.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
+        self._buffer_size = checks.int_in_range(
+            prefetch_buffer_size,
+            "prefetch_buffer_size",
+            0,
+            lead="`prefetch_buffer_size` must be greater than or equal to 0, got {value}.",
+        )
 
     @property
     def prefetch_buffer_size(self) -> int:
@@ -271,7 +276,12 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
         dataset: Any = None,
     ):
         parent = _as_dataset_iterator(parent)
-        buffer_size = checks.int_in_range(prefetch_buffer_size, "prefetch_buffer_size", 0)
+        buffer_size = checks.int_in_range(
+            prefetch_buffer_size,
+            "prefetch_buffer_size",
+            0,
+            lead="`prefetch_buffer_size` must be greater than or equal to 0, got {value}.",
+        )
         super().__init__(parent)
         self._dataset = dataset
         self._parent = parent

@@ -105,7 +105,7 @@ class Batch:
     batch_fn: Callable[[Sequence[Any]], Any] | None = None
 
     def __post_init__(self) -> None:
-        checks.int_in_range(self.batch_size, "batch_size", 1)
+        checks.int_in_range(self.batch_size, "batch_size", 1, lead="batch_size must be positive.")
         if self.batch_fn is not None and not callable(self.batch_fn):
             raise TypeError(f"`batch_fn` must be callable or None, got {self.batch_fn!r}.")
 

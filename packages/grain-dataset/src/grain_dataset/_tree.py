@@ -32,8 +32,20 @@ def _where(path: tuple[Any, ...], index: int) -> str:
     return "element" + "".join(f"[{key!r}]" for key in path) + f" of element {index}"
 
 
+class _StructureMismatchError(ValueError):
+    """Raised inside `stack`, which adds Grain's wording before it leaves."""
+
+
+def _grain_description(values: list[Any]) -> str:
+    # Grain names the batch by the first element's type, with the count where
+    # the elements are dicts; clients match the sentence that carries it.
+    first = values[0]
+    size = len(values) if isinstance(first, dict) else "unknown shape"
+    return f"list<{type(first).__name__}>[{size}]"
+
+
 def _structure_error(path: tuple[Any, ...], index: int, first: Any, other: Any, why: str) -> None:
-    raise ValueError(
+    raise _StructureMismatchError(
         f"cannot batch: {_where(path, index)} {why} "
         f"(element 0 has {_describe(first)}, element {index} has {_describe(other)}). "
         "Every element of a batch needs the same structure and leaf shapes; "
@@ -125,4 +137,10 @@ def stack(elements: Sequence[Any]) -> Any:
     values = list(elements)
     if not values:
         raise ValueError("cannot batch an empty list of elements.")
-    return _stack((), values)
+    try:
+        return _stack((), values)
+    except _StructureMismatchError as error:
+        raise ValueError(
+            "Expected all input elements to have the same structure but got:\n"
+            f"'{_grain_description(values)}'\n{error}"
+        ) from None

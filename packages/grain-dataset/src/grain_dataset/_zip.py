@@ -55,7 +55,8 @@ class ZipMapDataset(MapStage):
         lengths = [len(parent) for parent in parents]
         if len(set(lengths)) > 1:
             raise ValueError(
-                f"the parents of ZipMapDataset must have equal lengths, got {lengths}; "
+                "All parents must have the same length. "
+                f"The parents of ZipMapDataset must have equal lengths, got {lengths}; "
                 f"slice them to a common length first, e.g. ds[:{min(lengths)}]."
             )
         super().__init__(parents)
@@ -137,6 +138,7 @@ class _ZipIterator(StageIterator):
         """Raises unless every parent ends where parent `ended` did (strict zip)."""
         if ended:
             raise ValueError(
+                f"ZipIterDataset argument {ended + 1} is shorter than argument 1. "
                 f"ZipIterDataset(strict=True): parents[{ended}] ended before parents[0]; the "
                 "parents must have the same length, or pass strict=False to stop at the "
                 "shortest."
@@ -147,6 +149,7 @@ class _ZipIterator(StageIterator):
             except StopIteration:
                 continue
             raise ValueError(
+                f"ZipIterDataset argument {i + 1} is longer than argument 1. "
                 f"ZipIterDataset(strict=True): parents[{i}] is longer than parents[0]; the "
                 "parents must have the same length, or pass strict=False to stop at the "
                 "shortest."

@@ -87,6 +87,8 @@ def _check_num_records(num_records: Any) -> int:
     value = _validate.as_int(num_records, "num_records")
     if value < 1:
         raise ValueError(
+            f"Invalid number of records in Sampler. Got {value} records, but number of "
+            "records must be greater than 0. "
             f"`num_records` must be >= 1, got {value}: a sampler needs records to read "
             "(pass len(data_source), and check that the data source is not empty)."
         )
@@ -94,9 +96,15 @@ def _check_num_records(num_records: Any) -> int:
 
 
 def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise TypeError(
+            f"Expected seed of int type. Got seed with type {type(seed)}. "
+            "`seed` must be an integer in [0, 2**32)."
+        )
     value = _validate.as_int(seed, "seed")
     if not 0 <= value < SEED_LIMIT:
         raise ValueError(
+            "Seed should be positive 32-bit integer. "
             f"`seed` must be an integer in [0, 2**32), got {value}; derive a smaller one, "
             "e.g. seed % 2**32."
         )
@@ -145,12 +153,17 @@ class IndexSampler:
             num_epochs = _validate.as_int(num_epochs, "num_epochs")
             if num_epochs < 1:
                 raise ValueError(
+                    f"Invalid number of epochs in Index Sampler.Got {num_epochs} epochs, but "
+                    "number of epochs must be greater than 0. "
                     f"`num_epochs` must be >= 1, got {num_epochs}; pass None to repeat forever."
                 )
         if seed is not None:
             seed = _check_seed(seed)
         elif shuffle:
-            raise ValueError("`shuffle=True` needs a seed: pass seed=<int in [0, 2**32)>.")
+            raise ValueError(
+                "Shuffling requires specifying a seed. "
+                "`shuffle=True` needs a seed: pass seed=<int in [0, 2**32)>."
+            )
         self._shard_options = shard_options
         self._shuffle = shuffle
         self._num_epochs = num_epochs
@@ -192,10 +205,13 @@ class IndexSampler:
     def _check_step(self, step: Any) -> int:
         step = _validate.as_int(step, "index")
         steps = self.num_steps
-        if step < 0:
-            raise IndexError(f"step {step} is out of range: steps count from 0.")
-        if steps is not None and step >= steps:
-            raise IndexError(f"step {step} is out of range: this sampler has {steps} steps.")
+        if step < 0 or (steps is not None and step >= steps):
+            bound = "inf" if steps is None else steps
+            raise IndexError(
+                f"RecordMetadata object index is out of bounds; Got index {step}, allowed "
+                f"indices should be in [0, {bound}]. Step {step} is out of range: steps count "
+                f"from 0 and this sampler has {bound} steps."
+            )
         return step
 
     def _epoch_seed(self, epoch: int) -> int:

@@ -36,10 +36,17 @@ class ShardOptions:
     drop_remainder: bool = False
 
     def __post_init__(self) -> None:
-        count = _validate.int_in_range(self.shard_count, "shard_count", 1)
-        index = _validate.int_in_range(self.shard_index, "shard_index", 0)
-        if index >= count:
+        count = _validate.int_in_range(
+            self.shard_count,
+            "shard_count",
+            1,
+            lead="Number of shards must be a positive integer but got {value}.",
+        )
+        index = _validate.as_int(self.shard_index, "shard_index")
+        if not 0 <= index < count:
             raise ValueError(
+                f"Shard shard_index must be in [0, shard_count - 1], shard_count was {count} "
+                f"and shard_index was {index}. "
                 f"`shard_index` must be in [0, shard_count) = [0, {count}), got {index}."
             )
         if not isinstance(self.drop_remainder, bool):

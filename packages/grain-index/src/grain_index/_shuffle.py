@@ -167,6 +167,14 @@ def index_shuffle(index: int, max_index: int, seed: int, rounds: int) -> int:
         and 0 <= seed < _UINT64_LIMIT
         and rounds >= 1
     ):
+        if type(index) is int and type(max_index) is int and not 0 <= index <= max_index:
+            bad = (
+                "`max_index` must be >= 0" if max_index < 0 else "`index` must be in [0, max_index]"
+            )
+            raise ValueError(
+                f"index must be in [0, max_index], but got index = {index} and "
+                f"max_index = {max_index}. {bad}: pass a position of the shuffled range."
+            )
         plan = _checked_plan(max_index, seed, rounds)
         index = _validate.int_in_range(index, "index", 0, plan.n)
     return _scalar_function(max_index + 1, seed, rounds, False)(index)

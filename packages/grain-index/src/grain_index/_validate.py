@@ -22,12 +22,20 @@ def as_int(value: Any, name: str) -> int:
     return operator.index(value)
 
 
-def int_in_range(value: Any, name: str, low: int, high: int | None = None) -> int:
-    """Returns `value` as an int after checking `low <= value < high`."""
+def int_in_range(
+    value: Any, name: str, low: int, high: int | None = None, *, lead: str = ""
+) -> int:
+    """Returns `value` as an int after checking `low <= value < high`.
+
+    `lead`, when given, opens the ValueError's message: Grain's wording for the
+    same check (a format string with `{value}`), which clients match with
+    `assertRaisesRegex`; ours follows it.
+    """
     result = as_int(value, name)
     if result < low or (high is not None and result >= high):
         upper = "" if high is None else f" and < {high}"
-        raise ValueError(f"`{name}` must be >= {low}{upper}, got {result}.")
+        opening = lead.format(value=result) + " " if lead else ""
+        raise ValueError(f"{opening}`{name}` must be >= {low}{upper}, got {result}.")
     return result
 
 

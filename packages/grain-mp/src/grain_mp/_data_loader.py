@@ -116,11 +116,13 @@ def sampler_length(sampler: Any) -> int:
     return low
 
 
-def _check_int(value: Any, name: str, low: int, fix: str) -> int:
+def _check_int(value: Any, name: str, low: int, fix: str, grain: str = "") -> int:
+    """`grain`: Grain's wording for a negative value (clients match it), `{value}` filled."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"`{name}` must be an integer >= {low}, got {value!r}. {fix}")
     if value < low:
-        raise ValueError(f"`{name}` must be >= {low}, got {value}. {fix}")
+        opening = grain.format(value=value) + " " if grain and value < 0 else ""
+        raise ValueError(f"{opening}`{name}` must be >= {low}, got {value}. {fix}")
     return int(value)
 
 
@@ -140,7 +142,13 @@ def resolve_worker_count(worker_count: int | None) -> int:
     """
     if worker_count is None:
         return os.cpu_count() or 1
-    return _check_int(worker_count, "worker_count", 0, _WORKER_COUNT_FIX)
+    return _check_int(
+        worker_count,
+        "worker_count",
+        0,
+        _WORKER_COUNT_FIX,
+        "Worker count should be greater than or equal zero.Current worker_count is {value}.",
+    )
 
 
 def _same_sharding(a: ShardOptions, b: ShardOptions) -> bool:
@@ -231,6 +239,8 @@ class DataLoader:
             "worker_buffer_size",
             1,
             "It is how many outputs each worker may hold ready.",
+            "Worker buffer size must be greater than or equal zero.Current worker_buffer_size "
+            "is {value}.",
         )
         if shard_options is not None and not isinstance(shard_options, ShardOptions):
             raise TypeError(

@@ -371,7 +371,11 @@ def _check_arguments(
         or not isinstance(global_batch_size, int)
         or global_batch_size < 1
     ):
-        raise ValueError(f"`global_batch_size` must be an int >= 1, got {global_batch_size!r}.")
+        # Grain's wording for a size < 1, which clients match.
+        grain = "batch_size must be positive. " if isinstance(global_batch_size, int) else ""
+        raise ValueError(
+            f"{grain}`global_batch_size` must be an int >= 1, got {global_batch_size!r}."
+        )
     if not isinstance(shard_options, ShardOptions):
         raise TypeError(
             "`shard_options` must be a grain.sharding.ShardOptions (e.g. ShardByJaxProcess()), "

@@ -151,8 +151,17 @@ def decode_state(state: Any, identity: dict[str, Any], validate: bool) -> SavedP
         )
     for key in IDENTITY_KEYS if validate else ():
         if state[key] != identity[key]:
+            # Grain's wording for a changed sampler, which clients match.
+            grain = (
+                "Sampler in checkpoint does not match dataloader sampler.\n"
+                f"sampler in checkpoint: {state[key]}\nsampler in dataloader: {identity[key]}\n"
+                "Grain uses `repr(sampler)` to validate the sampler, so you may need to "
+                "implement a custom `__repr__`.\n"
+                if key == "sampler"
+                else ""
+            )
             raise ValueError(
-                f"this state was saved by a DataLoader whose {key} is {state[key]!r}, but "
+                f"{grain}This state was saved by a DataLoader whose {key} is {state[key]!r}, but "
                 f"this DataLoader's {key} is {identity[key]!r}. A checkpoint only "
                 "restores with the sampler, data source and shard options it was saved "
                 "with (compared by their string representations; pass "

@@ -35,7 +35,12 @@ class MultiprocessingOptions:
         if name == "num_workers":
             checks.int_in_range(value, "MultiprocessingOptions.num_workers", 0)
         elif name == "per_worker_buffer_size":
-            checks.int_in_range(value, "MultiprocessingOptions.per_worker_buffer_size", 1)
+            checks.int_in_range(
+                value,
+                "MultiprocessingOptions.per_worker_buffer_size",
+                1,
+                lead="`buffer_size` must be greater than 0, got {value}.",
+            )
         elif name == "enable_profiling" and not isinstance(value, bool):
             raise TypeError(
                 f"`MultiprocessingOptions.enable_profiling` must be a bool, got {value!r}."

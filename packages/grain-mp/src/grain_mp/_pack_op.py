@@ -170,6 +170,7 @@ class PackAndBatchOperation:
                 )
             if array.shape[0] > length:
                 raise ValueError(
+                    "Inputs to PackAndBatchOperation must be truncated to max length. "
                     f"PackAndBatchOperation: a sequence of length {array.shape[0]} does not "
                     f"fit the packed length {length}; truncate the elements to "
                     "`length_struct` first."

@@ -75,6 +75,7 @@ def _check_callable(value: Any, name: str, owner: str, example: str) -> None:
 
 def _failed(owner: str, name: str, index: int | None, error: Exception) -> ValueError:
     return ValueError(
+        f"PyGrain encountered an error when calling {name.replace('_', ' ')}. "
         f"{owner}: `{name}` raised {type(error).__name__}: {error} on the record with "
         f"index {index} (the original exception is the __cause__)."
     )
@@ -215,6 +216,7 @@ class BatchOperation(Generic[_IN, _OUT]):
             raise TypeError(f"`batch_size` must be a positive integer, got {size!r}.")
         if size < 1:
             raise ValueError(
+                f"batch_size must be a positive integer. Got {size}. "
                 f"`batch_size` must be a positive integer, got {size}: it is how many "
                 "records go into one batch."
             )

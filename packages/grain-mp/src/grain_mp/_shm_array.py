@@ -102,7 +102,9 @@ def _as_shape(shape: SupportsIndex | Iterable[SupportsIndex]) -> tuple[int, ...]
     except TypeError:
         dims = tuple(operator.index(dim) for dim in shape)  # type: ignore[union-attr]
     if any(dim < 0 for dim in dims):
-        raise ValueError(f"A shape needs non-negative dimensions, got {dims}.")
+        raise ValueError(
+            f"'size' must be a positive integer: a shape needs non-negative dimensions, got {dims}."
+        )
     return dims
 
 

@@ -15,13 +15,22 @@ def as_index(value: Any, name: str = "index") -> int:
     return operator.index(value)
 
 
+# Grain's wording for an index past the end, per source: clients match it with
+# assertRaisesRegex, so ours opens with it.
+_GRAIN_WORDING = {
+    "RangeDataSource": "Index {index} out of range for {length}. ",
+    "ArrayRecordDataSource": "Record key should be in [0, num_records). ",
+}
+
+
 def record_index(value: Any, length: int, source: object) -> int:
     """Resolves a Sequence-style index (negatives count from the end) into [0, length)."""
     index = as_index(value)
     resolved = index + length if index < 0 else index
     if not 0 <= resolved < length:
+        grain = _GRAIN_WORDING.get(type(source).__name__, "").format(index=index, length=length)
         raise RecordOutOfRangeError(
-            f"index {index} is out of range for {type(source).__name__} of length {length}: "
+            f"{grain}index {index} is out of range for {type(source).__name__} of length {length}: "
             f"use 0 <= index < {length} (or a negative index down to -{length})."
         )
     return resolved

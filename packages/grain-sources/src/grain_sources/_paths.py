@@ -36,16 +36,22 @@ def expand(paths: Any, argument: str = "paths") -> list[str]:
             items = list(paths)
         except TypeError:
             raise WrongTypeError(
+                "Unsupported path format was used. Path format must be a Sequence, String, "
+                "pathlib.Path or FileInstruction. "
                 f"`{argument}` must be a path, a glob pattern or a list of them, "
                 f"got {type(paths).__name__}."
             ) from None
     if not items:
-        raise ValueError(f"`{argument}` is empty: pass at least one file or pattern.")
+        raise ValueError(
+            "Paths sequence can not be of 0 length. "
+            f"`{argument}` is empty: pass at least one file or pattern."
+        )
     files: list[str] = []
     for item in items:
         if not isinstance(item, str | os.PathLike):
             raise WrongTypeError(
-                f"each entry of `{argument}` must be a path (str or os.PathLike), "
+                "All elements in a path sequence must be of type: String, pathlib.Path, or "
+                f"FileInstruction. Each entry of `{argument}` must be a path (str or os.PathLike), "
                 f"got {type(item).__name__} {item!r}."
             )
         files.extend(_expand_one(os.fspath(item)))
@@ -78,7 +84,10 @@ def _expand_one(pattern: str) -> list[str]:
         if not matches:
             raise NoSuchFileError(f"no file matches the pattern {pattern!r}.")
         return matches
-    raise NoSuchFileError(f"{pattern!r} does not exist: pass an existing file or a glob.")
+    raise NoSuchFileError(
+        f"open() failed: No such file or directory; opening {pattern}. "
+        f"{pattern!r} does not exist: pass an existing file or a glob."
+    )
 
 
 def expand_urls(paths: list[Any], store: Any) -> list[str]:

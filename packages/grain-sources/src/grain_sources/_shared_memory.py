@@ -456,6 +456,7 @@ class SharedMemoryDataSource:
         if elements is None:
             if name is None:
                 raise ValueError(
+                    "Elements or name must be provided. "
                     "SharedMemoryDataSource needs `elements` to store, or the `name` of a "
                     "segment another SharedMemoryDataSource created, to read it: give one."
                 )
@@ -482,7 +483,8 @@ class SharedMemoryDataSource:
             mapping = _map_read_only(name)
         except FileNotFoundError:
             raise FileNotFoundError(
-                f"no shared memory segment named {name!r}: create it first with "
+                f"[Errno 2] No such file or directory: '/{name}'. "
+                f"No shared memory segment named {name!r}: create it first with "
                 f"SharedMemoryDataSource(elements, name={name!r}), and keep that source open."
             ) from None
         layout = _Layout(mapping, name)
