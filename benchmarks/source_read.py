@@ -15,6 +15,15 @@ as 8 little-endian bytes, the rest is random):
   pipeline_t0           MapDataset.source(src).shuffle(seed=0).to_iter_dataset(
                         ReadOptions(num_threads=0))
   pipeline_tdefault     the same with ReadOptions() (each implementation's default)
+  user_batch_t0         the same records held by a user's plain Python source
+                        (``__len__``, ``__getitem__`` over a list): MapDataset.source(
+                        src).shuffle(seed=0).batch(32).to_iter_dataset(ReadOptions(
+                        num_threads=0)), read one record at a time
+  user_getitems_batch_t0
+                        the same with a correct ``__getitems__`` that the source does
+                        not declare (no ``batched_reads = True``): Grain reads it one
+                        record at a time, and so does this workspace since it
+                        requires the declaration
 
 A line is the median of `repeats` timed runs after one untimed warm-up; every run's
 output is checked (N records whose indices form a permutation of 0..N-1, and for
@@ -42,7 +51,34 @@ import grain
 
 RECORD_BYTES = 1024
 SHARDS = 4
-CASES = ("getitem_shuffled", "pipeline_t0", "pipeline_tdefault")
+CASES = (
+    "getitem_shuffled",
+    "pipeline_t0",
+    "pipeline_tdefault",
+    "user_batch_t0",
+    "user_getitems_batch_t0",
+)
+
+
+class _UserSource:
+    """What a user writes by hand: a list of records behind `__len__` and `__getitem__`."""
+
+    def __init__(self, records: list[bytes]):
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: int) -> bytes:
+        return self._records[index]
+
+
+class _UserSourceWithGetitems(_UserSource):
+    """The same with a correct `__getitems__`, not declared with `batched_reads = True`."""
+
+    def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
+        records = self._records
+        return [records[i] for i in indices]
 
 
 def write_files(directory: str, n: int) -> list[str]:
@@ -69,6 +105,12 @@ def _case(name: str, paths: list[str], n: int) -> tuple[Callable[[], list[bytes]
     if name == "getitem_shuffled":
         order = np.random.default_rng(1).permutation(n).tolist()
         return (lambda: [source[i] for i in order]), np.array(order)
+    if name.startswith("user_"):
+        records = [source[i] for i in range(n)]
+        kind = _UserSourceWithGetitems if name == "user_getitems_batch_t0" else _UserSource
+        batches = grain.MapDataset.source(kind(records)).shuffle(seed=0).batch(32, batch_fn=list)
+        t0 = grain.ReadOptions(num_threads=0)
+        return (lambda: [r for b in batches.to_iter_dataset(t0) for r in b]), None
     options = grain.ReadOptions(num_threads=0) if name == "pipeline_t0" else grain.ReadOptions()
     ds = grain.MapDataset.source(source).shuffle(seed=0)
     return (lambda: list(ds.to_iter_dataset(options))), None
