@@ -15,8 +15,18 @@ as 8 little-endian bytes, the rest is random):
   pipeline_t0           MapDataset.source(src).shuffle(seed=0).to_iter_dataset(
                         ReadOptions(num_threads=0))
   pipeline_tdefault     the same with ReadOptions() (each implementation's default)
+  user_batch_t0         the same records, in memory, held by a user's plain Python
+                        source (``__len__``, ``__getitem__`` over a list): MapDataset.source(
+                        src).shuffle(seed=0).batch(32).to_iter_dataset(ReadOptions(
+                        num_threads=0)), read one record at a time
+  user_getitems_batch_t0
+                        the same with a correct ``__getitems__`` that the source does
+                        not declare (no ``batched_reads = True``): Grain reads it one
+                        record at a time, and so does this workspace since it
+                        requires the declaration
 
-A line is the median of `repeats` timed runs after one untimed warm-up; every run's
+A line is the median of `repeats` timed runs after one untimed warm-up (wall time,
+and `median_cpu_s`, the process's CPU time); every run's
 output is checked (N records whose indices form a permutation of 0..N-1, and for
 getitem exactly the permutation asked for); `ok` says whether all checks passed.
 """
@@ -42,13 +52,46 @@ import grain
 
 RECORD_BYTES = 1024
 SHARDS = 4
-CASES = ("getitem_shuffled", "pipeline_t0", "pipeline_tdefault")
+CASES = (
+    "getitem_shuffled",
+    "pipeline_t0",
+    "pipeline_tdefault",
+    "user_batch_t0",
+    "user_getitems_batch_t0",
+)
 
 
-def write_files(directory: str, n: int) -> list[str]:
+class _UserSource:
+    """What a user writes by hand: a list of records behind `__len__` and `__getitem__`."""
+
+    def __init__(self, records: list[bytes]):
+        self._records = records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: int) -> bytes:
+        return self._records[index]
+
+
+class _UserSourceWithGetitems(_UserSource):
+    """The same with a correct `__getitems__`, not declared with `batched_reads = True`."""
+
+    def __getitems__(self, indices: Sequence[int]) -> list[bytes]:
+        records = self._records
+        return [records[i] for i in indices]
+
+
+def _body(n: int) -> np.ndarray:
+    """The n records as rows of bytes: each starts with its index, the rest is random."""
     rng = np.random.default_rng(0)
     body = rng.integers(0, 256, (n, RECORD_BYTES), dtype=np.uint8)
     body[:, :8] = np.arange(n, dtype="<u8").view(np.uint8).reshape(n, 8)
+    return body
+
+
+def write_files(directory: str, n: int) -> list[str]:
+    body = _body(n)
     paths = []
     for shard, rows in enumerate(np.array_split(body, SHARDS)):
         path = os.path.join(directory, f"data-{shard:05d}-of-{SHARDS:05d}")
@@ -65,6 +108,12 @@ def _indices(records: Sequence[bytes]) -> np.ndarray:
 
 
 def _case(name: str, paths: list[str], n: int) -> tuple[Callable[[], list[bytes]], Any]:
+    if name.startswith("user_"):  # in memory: no files
+        records = [row.tobytes() for row in _body(n)]
+        kind = _UserSourceWithGetitems if name == "user_getitems_batch_t0" else _UserSource
+        batches = grain.MapDataset.source(kind(records)).shuffle(seed=0).batch(32, batch_fn=list)
+        t0 = grain.ReadOptions(num_threads=0)
+        return (lambda: [r for b in batches.to_iter_dataset(t0) for r in b]), None
     source = grain.sources.ArrayRecordDataSource(paths)
     if name == "getitem_shuffled":
         order = np.random.default_rng(1).permutation(n).tolist()
@@ -86,17 +135,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         written: dict[int, list[str]] = {}
         for name in args.cases.split(","):
             n = int(sizes.get(name, args.size))
-            if n not in written:
+            if n not in written and not name.startswith("user_"):
                 os.makedirs(os.path.join(directory, str(n)))
                 written[n] = write_files(os.path.join(directory, str(n)), n)
-            run, expected = _case(name, written[n], n)
+            run, expected = _case(name, written.get(n, []), n)
             out = run()  # warm-up
             digest = hashlib.sha256(_indices(out).tobytes()).hexdigest()[:16]
-            times, ok = [], True
+            times, cpu_times, ok = [], [], True
             for _ in range(args.repeats):
-                start = time.perf_counter()
+                cpu, start = time.process_time(), time.perf_counter()
                 out = run()
                 times.append(time.perf_counter() - start)
+                cpu_times.append(time.process_time() - cpu)
                 got = _indices(out)
                 ok = ok and len(got) == n and np.array_equal(np.sort(got), np.arange(n))
                 if expected is not None:
@@ -109,6 +159,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "elements": n,
                 "median_s": round(median, 6),
                 "elements_per_s": round(n / median),
+                # CPU time of the process (all its threads): steadier than wall time on a
+                # busy machine, where a run waits for a core.
+                "median_cpu_s": round(statistics.median(cpu_times), 6),
                 "ok": bool(ok),
                 "digest": digest,
             }

@@ -229,7 +229,9 @@ class CountingSource(grain.sources.RandomAccessDataSource):
 
 
 class BatchedCountingSource(CountingSource):
-    """The same records, with `__getitems__`: records the index lists it is asked for."""
+    """The same records, with a declared `__getitems__`: records the index lists it is asked for."""
+
+    batched_reads = True
 
     def __init__(self, n):
         super().__init__(n)
@@ -307,6 +309,25 @@ def test_getitems_is_called_once_per_batch():
     source.getitems_calls.clear()
     later = ds[len(ds) + 2]
     assert source.getitems_calls == [later["index"].tolist()]
+
+
+class TorchStyleSource(CountingSource):
+    """A `__getitems__` in PyTorch's style (a collated batch), without grain's declaration."""
+
+    def __getitems__(self, indices):
+        raise AssertionError("an undeclared __getitems__ was called")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_threads", [0, 4])
+def test_an_undeclared_getitems_is_not_called_as_on_grain(num_threads):
+    source = TorchStyleSource(40)
+    ds = grain.MapDataset.source(source).shuffle(seed=2).batch(8)
+    batches = list(ds.to_iter_dataset(grain.ReadOptions(num_threads=num_threads)))
+    assert _ids_of(batches) == _ids_of(list(ds))
+    assert sorted(_ids_of(batches)) == list(range(40))
+    assert all((b["value"] == b["index"] ** 2).all() for b in batches)
+    assert source.getitem_calls == 80
 
 
 def _ids_of(batches):

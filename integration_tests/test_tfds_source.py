@@ -270,62 +270,109 @@ def test_split_slices(data_dir, train):
     )
 
 
-class _OneByOne:
-    """Only `__len__` and `__getitem__` of a source, hiding its `__getitems__`."""
+@pytest.fixture
+def mock_mnist():
+    """`tfds.data_source("mnist")` under `tfds.testing.mock_data`, and its records as a list.
 
-    def __init__(self, source):
-        self._source = source
-
-    def __len__(self):
-        return len(self._source)
-
-    def __getitem__(self, index):
-        return self._source[index]
-
-
-def _mock_getitems_is_broken(source):
-    # tensorflow-datasets 4.9.10: `mock_data` sets `__getitems__` on a MagicMock
-    # instance, where (unlike `__getitem__`) it is not bound, so every call
-    # fails with "missing 1 required positional argument: 'record_keys'".
-    try:
-        source.__getitems__([0])
-    except TypeError:
-        return True
-    return False
-
-
-def test_mock_data_mnist_tutorial():
-    num_examples = 10
-    with tfds.testing.mock_data(num_examples=num_examples):
+    The mock's source has a `__getitems__` that fails (tensorflow-datasets 4.9:
+    "_getitems() missing 1 required positional argument: 'record_keys'"). Grain
+    reads only `source[i]`, so pipelines over it work there, and must here: a
+    list of the same records, read one by one, is what they must equal.
+    """
+    with tfds.testing.mock_data(num_examples=MOCK_EXAMPLES):
         try:
             source = tfds.data_source("mnist", split="train")
         except Exception as error:  # e.g. no mnist metadata in this tfds install
             pytest.skip(f"tfds.testing.mock_data cannot mock mnist offline here: {error!r}")
-        assert len(source) == num_examples
-        # Element by element: only the source's `__getitem__` is used.
-        records = grain.MapDataset.source(source).shuffle(seed=10).map(_normalize)
-        assert len(records) == num_examples
-        for i in range(num_examples):
-            record = records[i]
-            assert record["image"].shape == (28, 28, 1)
-            assert record["image"].dtype == np.float32
-            assert 0 <= int(record["label"]) < 10
-        # Batches and iterators read many indices at once, with `__getitems__`
-        # where the source has one.
-        if _mock_getitems_is_broken(source):
-            source = _OneByOne(source)
-        ds = (
-            grain.MapDataset.source(source)
-            .shuffle(seed=10)
-            .map(_normalize)
-            .batch(batch_size=4, drop_remainder=True)
-        )
-        batches = list(ds)
-        threaded = list(ds.to_iter_dataset(grain.ReadOptions(num_threads=2)))
-    assert len(batches) == num_examples // 4
-    _assert_batches_equal(threaded, batches)
+        yield source, [source[i] for i in range(len(source))]
+
+
+MOCK_EXAMPLES = 10
+
+
+def _mock_pipeline(source):
+    return (
+        grain.MapDataset.source(source)
+        .shuffle(seed=10)
+        .map(_normalize)
+        .batch(batch_size=4, drop_remainder=True)
+    )
+
+
+def _check_mock_batches(batches, size=4):
     for batch in batches:
-        assert batch["image"].shape == (4, 28, 28, 1)
+        assert batch["image"].shape == (size, 28, 28, 1)
         assert batch["image"].dtype == np.float32
-        assert batch["label"].shape == (4,)
+        assert batch["label"].shape == (size,)
         assert ((batch["label"] >= 0) & (batch["label"] < 10)).all()
+
+
+def test_mock_data_mnist_tutorial(mock_mnist):
+    source, records = mock_mnist
+    assert len(source) == MOCK_EXAMPLES
+    elements = grain.MapDataset.source(source).shuffle(seed=10).map(_normalize)
+    for i in range(MOCK_EXAMPLES):
+        record = elements[i]
+        assert record["image"].shape == (28, 28, 1)
+        assert record["image"].dtype == np.float32
+        assert 0 <= int(record["label"]) < 10
+    batches = list(_mock_pipeline(source))
+    assert len(batches) == MOCK_EXAMPLES // 4
+    _check_mock_batches(batches)
+    _assert_batches_equal(batches, list(_mock_pipeline(records)))
+    labels = [int(label) for batch in batches for label in batch["label"]]
+    ids = {int(r["label"]) for r in records}
+    assert set(labels) <= ids
+
+
+@pytest.mark.timeout(120)
+def test_mock_data_with_reading_threads(mock_mnist):
+    source, records = mock_mnist
+    options = grain.ReadOptions(num_threads=2)
+    threaded = list(_mock_pipeline(source).to_iter_dataset(options))
+    assert len(threaded) == MOCK_EXAMPLES // 4
+    _check_mock_batches(threaded)
+    _assert_batches_equal(threaded, list(_mock_pipeline(records).to_iter_dataset(options)))
+    _assert_batches_equal(threaded, list(_mock_pipeline(source)))
+
+
+# The worker pipelines hold no function of this module: the workers of a pipeline
+# over TFDS's ArrayRecord reader start from the fork server and receive the
+# pipeline pickled, and this test module is not importable there.
+def _mp_pipeline(source):
+    return (
+        grain.MapDataset.source(source)
+        .shuffle(seed=3)
+        .to_iter_dataset(grain.ReadOptions(num_threads=2))
+        .batch(2)
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
+    )
+
+
+@pytest.mark.timeout(180)
+def test_mock_data_in_mp_prefetch_workers(mock_mnist):
+    source, records = mock_mnist
+    got = list(_mp_pipeline(source))
+    assert sum(len(batch["label"]) for batch in got) == MOCK_EXAMPLES
+    assert all(batch["image"].shape[1:] == (28, 28, 1) for batch in got)
+    _assert_batches_equal(got, list(_mp_pipeline(records)))
+
+
+@pytest.mark.timeout(180)
+def test_mock_data_in_data_loader_workers(mock_mnist):
+    source, records = mock_mnist
+
+    def loader(data_source):
+        return grain.DataLoader(
+            data_source=data_source,
+            sampler=grain.samplers.IndexSampler(
+                MOCK_EXAMPLES, grain.sharding.NoSharding(), shuffle=True, num_epochs=1, seed=5
+            ),
+            operations=[grain.transforms.Batch(batch_size=2)],
+            worker_count=2,
+        )
+
+    got = list(loader(source))
+    assert len(got) == MOCK_EXAMPLES // 2
+    _check_mock_batches([_normalize(batch) for batch in got], size=2)
+    _assert_batches_equal(got, list(loader(records)))

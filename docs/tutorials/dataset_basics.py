@@ -44,7 +44,8 @@ pprint.pprint(list(dataset))
 # A source only has to answer `len(source)` and `source[i]`. Deriving from
 # `grain.RandomAccessDataSource` is not required, but it documents the intent
 # (and type checkers understand it). A source that can read many records at
-# once may also define `__getitems__(indices)`: batches then call it once.
+# once may also define `__getitems__(indices)` and declare it with the class
+# attribute `batched_reads = True`: batches then call it once.
 
 
 # %%

@@ -488,6 +488,13 @@ RULES: list[Rule] = [
         "gives; ours says so when the loader is built, upstream passes rng=None to the function",
     ),
     Rule(
+        "srcread.declared_without_getitems",
+        ("ours-raises",),
+        "stricter: `batched_reads = True` is ours (the declaration that lets pipelines call a "
+        "source's __getitems__; upstream never calls it and ignores the attribute); a source "
+        "that declares it without a __getitems__ is refused with a TypeError naming the fix",
+    ),
+    Rule(
         "bad.src.array_record.reader_options_bad",
         ("ours-raises",),
         "stricter: ours checks the reader options when the source is built",

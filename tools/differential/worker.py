@@ -41,6 +41,7 @@ CASE_MODULES = [
     "cases_transforms",
     "cases_loader",
     "cases_sources",
+    "cases_sources_read",
     "cases_misc",
     "cases_misc7",
     "cases_bad",

@@ -130,7 +130,9 @@ class Alternate(DatasetSelectionMap):
 
 
 class CountingSource:
-    """A source with `__getitems__` that records how it was read."""
+    """A source that declares batched reads and records how it was read."""
+
+    batched_reads = True
 
     def __init__(self, n):
         self._n = n

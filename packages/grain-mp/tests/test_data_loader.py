@@ -307,8 +307,9 @@ class Squares:
 
 
 class Counting:
-    """A source with __getitems__ that counts its calls."""
+    """A source that declares batched reads (__getitems__) and counts its calls."""
 
+    batched_reads = True
     calls = 0
 
     def __len__(self):

@@ -12,7 +12,7 @@ from grain_dataset._base import register
 from grain_dataset._fingerprint import token
 from grain_dataset._stage import MapStage, epochs_of
 from grain_index import checks
-from grain_sources import ArrayDataSource
+from grain_sources import ArrayDataSource, reads_in_batches
 
 
 @register("source")
@@ -20,7 +20,9 @@ class SourceMapDataset(MapStage):
     """Reads a random-access source: anything with `__len__` and `__getitem__`.
 
     Index i reads record ``i % len(source)``: every epoch reads the same records.
-    A source with `__getitems__(indices)` is asked once per batch of indices.
+    Records are read with ``source[i]``, as Grain reads them; a source whose class
+    declares ``batched_reads = True`` (see grain_sources.RandomAccessDataSource)
+    is asked with `__getitems__(indices)` once per batch of indices instead.
     """
 
     def _fingerprint_token(self) -> str | None:
@@ -42,14 +44,17 @@ class SourceMapDataset(MapStage):
             )
         self._source = source
         self._length = checks.int_in_range(len(source), "len(source)", 0)
-        self._batched = callable(getattr(source, "__getitems__", None))
+        # Decided once per source: an undeclared `__getitems__` (a tfds mock's raises,
+        # a torch-style one may collate) is never called.
+        self._batched = reads_in_batches(source)
         # What reads many records stacked (grain_dataset._gather): an array of numbers or
-        # strings (as an ArrayDataSource over it, no copy), or a source with `gather`.
+        # strings (as an ArrayDataSource over it, no copy), or a declared source with
+        # `gather`.
         self._gatherer: Any = None
         if isinstance(source, np.ndarray):
             if source.dtype != object and source.ndim >= 1:
                 self._gatherer = ArrayDataSource(source)
-        elif callable(getattr(source, "gather", None)):
+        elif self._batched and reads_in_batches(source, "gather"):
             self._gatherer = source
 
     def __len__(self) -> int:

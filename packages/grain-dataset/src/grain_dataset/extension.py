@@ -40,6 +40,10 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                (`PositionalSplit.assemble`), None if it is not positional;
                drops_positions(map_dataset): whether a stage can leave a
                position empty (a filter).
+  sources      reads_in_batches(source): whether a source may be read with
+               `__getitems__` (its class declares ``batched_reads = True``);
+               every stage that reads a user's source decides with it, once
+               per source, so all of them read what ``source[i]`` gives.
   fingerprint  pipeline_fingerprint(dataset): the text a state carries under
                "grain_fingerprint"; remember_dataset(iterator, dataset): an
                iterator not made by ``iter(dataset)`` (ElasticIterator) gets
@@ -90,6 +94,7 @@ from grain_dataset._state_file import save_coroutine as save_coroutine
 from grain_dataset._state_file import state_to_text as state_to_text
 from grain_dataset._state_file import write_state as write_state
 from grain_dataset._worker_slice import iter_worker_slice as iter_worker_slice
+from grain_sources import reads_in_batches as reads_in_batches
 
 __all__ = [
     "CLOSE_TIMEOUT_S",
@@ -115,6 +120,7 @@ __all__ = [
     "pipeline_fingerprint",
     "positional_split",
     "read_state_into",
+    "reads_in_batches",
     "register",
     "remember_dataset",
     "restore_all",

@@ -6,7 +6,8 @@ details):
     position k = 0, 1, ...   of the loader (steps of the sampler; with the
                              loader's own `shard_options`, every shard_count-th)
     -> SamplerSourceMapDataset   data_source[sampler[k].record_key], read in
-                                 vectorized chunks (record_keys, __getitems__)
+                                 vectorized chunks (record_keys; __getitems__
+                                 where the source declares batched_reads)
     -> worker-side operations    MapDataset stages, one unit per position
     -> to_iter_dataset(read_options, allow_nones=True)
     -> mp_prefetch(worker_count, worker_buffer_size)   when worker_count > 0
@@ -164,7 +165,8 @@ class DataLoader:
 
     Args:
       data_source: random access to the records (``__len__`` and ``__getitem__``;
-        ``__getitems__`` is used when present), e.g. `grain.python.InMemoryDataSource`.
+        ``__getitems__`` only where the source's class declares ``batched_reads =
+        True``), e.g. `grain.python.InMemoryDataSource`.
       sampler: says which record to read at each step, e.g. `grain.python.IndexSampler`.
       operations: a sequence of MapTransform, RandomMapTransform (its `rng` is the record's,
         from the sampler's seed), FilterTransform, MapWithIndexTransform (its

@@ -52,7 +52,7 @@ from grain_dataset import (
     RandomMapTransform,
     stack,
 )
-from grain_dataset.extension import MapStage
+from grain_dataset.extension import MapStage, reads_in_batches
 from grain_index import Record, RecordMetadata
 from grain_mp._record_ops import (
     BatchOperation,
@@ -420,10 +420,12 @@ class SamplerSourceMapDataset(MapStage):
     """Position k reads ``data_source[sampler[shard_index + k * shard_count].record_key]``.
 
     Many positions are read at once: record keys come from the sampler's
-    vectorized `record_keys` (when it has one) and records from the source's
-    `__getitems__` (when it has one). With `metadata` "index" or "full" each
-    element is a `Record` carrying the sampler's metadata ("full" builds it with
-    ``sampler[step]``, for its per-record `rng`).
+    vectorized `record_keys` (when it has one) and records with ``source[key]``,
+    or with the source's `__getitems__` where its class declares
+    ``batched_reads = True`` (see grain.sources.RandomAccessDataSource). With
+    `metadata` "index" or "full" each element is a `Record` carrying the
+    sampler's metadata ("full" builds it with ``sampler[step]``, for its
+    per-record `rng`).
 
     Example::
 
@@ -450,7 +452,8 @@ class SamplerSourceMapDataset(MapStage):
         self._metadata = metadata
         self._vector_keys = callable(getattr(sampler, "record_keys", None))
         self._vector_indices = callable(getattr(sampler, "indices", None))
-        self._batched_read = callable(getattr(data_source, "__getitems__", None))
+        # Once per source: an undeclared `__getitems__` (a tfds mock's) is never called.
+        self._batched_read = reads_in_batches(data_source)
 
     def __len__(self) -> int:
         return self._length

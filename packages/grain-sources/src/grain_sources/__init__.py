@@ -2,7 +2,9 @@
 
 Layout: the source layer. It imports numpy and array_record (pyarrow,
 google-crc32c, fsspec and cramjam only as optional extras), never another grain
-package. `_protocol` holds the RandomAccessDataSource contract; each
+package. `_protocol` holds the RandomAccessDataSource contract and
+`reads_in_batches`, the one place that decides whether a source may be read
+with `__getitems__` (only where its class declares `batched_reads`); each
 random-access source lives in a module of its own (`_array_record`, `_range`,
 `_shared_memory`; `_array_record_remote` for URLs, over `_array_record_index`,
 `_riegeli`, `_highwayhash` and the range-read layer `_object_store`);
@@ -22,6 +24,7 @@ from grain_sources._object_store import RetryPolicy as RetryPolicy
 from grain_sources._object_store import is_url as is_url
 from grain_sources._parquet import ParquetReader as ParquetReader
 from grain_sources._protocol import RandomAccessDataSource as RandomAccessDataSource
+from grain_sources._protocol import reads_in_batches as reads_in_batches
 from grain_sources._range import RangeDataSource as RangeDataSource
 from grain_sources._shared_memory import InMemoryDataSource as InMemoryDataSource
 from grain_sources._shared_memory import SharedMemoryDataSource as SharedMemoryDataSource
@@ -53,6 +56,7 @@ __all__ = [
     "TFRecordStreamReader",
     "TruncatedRecordError",
     "is_url",
+    "reads_in_batches",
     "write_array_record",
     "write_tfrecord",
     "write_tfrecord_index",

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from array_record.python.array_record_module import ArrayRecordReader
@@ -87,6 +87,10 @@ class ArrayRecordDataSource:
         source = grain.sources.ArrayRecordDataSource("/data/train@4")
         ds = grain.MapDataset.source(source).shuffle(seed=0).map(decode)
     """
+
+    # Declares that __getitems__(indices) returns [self[i] for i in indices] (see
+    # grain_sources.RandomAccessDataSource): pipelines read many records per call.
+    batched_reads: ClassVar[bool] = True
 
     def __new__(
         cls,

@@ -12,7 +12,7 @@ instead of building and stacking records one by one.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -85,6 +85,9 @@ class ArrayDataSource:
     ``MapDataset.source({"image": x_train, "label": y_train})`` (a dict of
     numpy arrays) builds this source for you.
     """
+
+    # __getitems__ returns [self[i] for i in indices]: see RandomAccessDataSource.
+    batched_reads: ClassVar[bool] = True
 
     def __init__(self, data: Any):
         leaves: list[tuple[str, np.ndarray]] = []

@@ -18,11 +18,12 @@ blocks further.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from grain_sources._checks import as_index, record_index, record_indices
+from grain_sources._protocol import reads_in_batches
 
 
 def block_permutation(length: int, block_records: int, seed: int) -> np.ndarray:
@@ -52,11 +53,16 @@ class BlockShuffle:
         ds = grain.MapDataset.source(grain_sources.BlockShuffle(source, 64, seed=epoch))
     """
 
+    # __getitems__ returns [self[i] for i in indices]: see RandomAccessDataSource.
+    batched_reads: ClassVar[bool] = True
+
     def __init__(self, source: Any, block_records: int, seed: int):
         self._block = as_index(block_records, "block_records")
         if self._block < 1:
             raise ValueError(f"`block_records` must be >= 1, got {self._block}.")
         self._source = source
+        # The wrapped source's own batched read only where it declares one.
+        self._batched = reads_in_batches(source)
         self._seed = as_index(seed, "seed")
         self._order = block_permutation(len(source), self._block, self._seed)
 
@@ -68,10 +74,9 @@ class BlockShuffle:
 
     def __getitems__(self, indices: Sequence[int] | np.ndarray) -> list[Any]:
         wanted = self._order[record_indices(indices, len(self._order), self)]
-        getitems = getattr(self._source, "__getitems__", None)
-        if getitems is None:
+        if not self._batched:
             return [self._source[i] for i in wanted.tolist()]
-        return list(getitems(wanted))
+        return list(self._source.__getitems__(wanted))
 
     def __getstate__(self) -> dict[str, Any]:
         return {"source": self._source, "block": self._block, "seed": self._seed}

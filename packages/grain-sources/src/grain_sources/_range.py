@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from grain_sources._checks import as_index, record_index, record_indices
 
@@ -20,6 +20,9 @@ class RangeDataSource:
         source = grain.sources.RangeDataSource(0, 10, 2)
         list(grain.MapDataset.source(source))  # [0, 2, 4, 6, 8]
     """
+
+    # __getitems__ returns [self[i] for i in indices]: see RandomAccessDataSource.
+    batched_reads: ClassVar[bool] = True
 
     def __init__(self, start: int, stop: int, step: int = 1):
         start, stop, step = as_index(start, "start"), as_index(stop, "stop"), as_index(step, "step")

@@ -30,7 +30,7 @@ import types
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import resource_tracker, shared_memory
-from typing import Any, SupportsIndex, TypeAlias, cast
+from typing import Any, ClassVar, SupportsIndex, TypeAlias, cast
 
 import numpy as np
 
@@ -448,6 +448,9 @@ class SharedMemoryDataSource:
         FileExistsError: a segment called `name` already exists (with `elements`).
         FileNotFoundError: no segment called `name` exists (without `elements`).
     """
+
+    # __getitems__ returns [self[i] for i in indices]: see RandomAccessDataSource.
+    batched_reads: ClassVar[bool] = True
 
     _state: _State
     _finalizer: weakref.finalize | None

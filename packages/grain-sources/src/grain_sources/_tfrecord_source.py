@@ -28,7 +28,7 @@ import logging
 import os
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -182,6 +182,9 @@ class TFRecordDataSource:
         source = grain_sources.TFRecordDataSource("gs://bucket/train-*.tfrecord")
         ds = grain.MapDataset.source(source).shuffle(seed=0).map(parse_example)
     """
+
+    # __getitems__ returns [self[i] for i in indices]: see RandomAccessDataSource.
+    batched_reads: ClassVar[bool] = True
 
     def __init__(self, paths: Any, *, filesystem: Any = None, verify_crc: bool = True):
         listed = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
