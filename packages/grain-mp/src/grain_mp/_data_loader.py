@@ -446,9 +446,9 @@ class DataLoader:
         if getattr(self._sampler, "_shuffle", False):
             reasons.append("the sampler shuffles, and Grain's shuffle is not this library's")
         if self._plan.needs_rng:
-            reasons.append("a random map draws from each record's rng, which Grain seeds otherwise")
+            reasons.append("a random map draws from each record's rng, seeded otherwise by Grain")
         if self._layout.shard_count > 1:
-            reasons.append("the loader is sharded, and Grain splits records between shards otherwise")
+            reasons.append("the loader is sharded, and Grain splits the records otherwise")
         if self._plan.tail:
             reasons.append(
                 "operations run in this process (a batch after a filter, a flat map or a "

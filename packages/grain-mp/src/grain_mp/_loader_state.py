@@ -61,6 +61,7 @@ workers batch their own records). Elsewhere it is refused, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -124,10 +125,8 @@ def grain_descriptions(obj: Any) -> set[str]:
     if isinstance(obj, list | tuple | dict | np.ndarray):
         forms.add(str(type(obj)))
     else:
-        try:
+        with contextlib.suppress(Exception):  # a broken repr only means one form fewer
             forms.add(repr(obj))
-        except Exception:  # noqa: S110 - a broken repr only means one form fewer
-            pass
     return forms
 
 
@@ -181,10 +180,7 @@ class Layout:
             )
         last = state["last_worker_index"]
         values = {str(key): value for key, value in seen.items()}
-        if any(
-            isinstance(v, bool) or not isinstance(v, int)
-            for v in (last, *values.values())
-        ):
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in (last, *values.values())):
             raise ValueError(
                 "state['last_seen_indices'] values and state['last_worker_index'] must be "
                 f"ints, got {seen!r:.300} and {last!r}."
@@ -347,7 +343,7 @@ def _decode_format_3(
 def _decode_grain(
     state: dict[str, Any], layout: Layout, validate: bool, sources: tuple[set[str], set[str]]
 ) -> SavedPosition:
-    if not GRAIN_KEYS <= set(state):
+    if not set(state) >= GRAIN_KEYS:
         raise ValueError(
             "this looks like a DataLoader state of Google's Grain but lacks "
             f"{sorted(GRAIN_KEYS - set(state))}: pass what `get_state()` returned."
