@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import sys
 from collections.abc import Awaitable, Coroutine, Iterator
@@ -390,9 +389,8 @@ class DataLoader:
             self._layout,
             validate,
             self._grain_sources() if validate else (set(), set()),
+            self._check_grain_order,
         )
-        if saved.grain:
-            self._check_grain_order(state)
         step = saved.next_step
         if self._length < INFINITE and step > self._length:
             raise ValueError(
@@ -437,11 +435,11 @@ class DataLoader:
             return dataclasses.replace(saved, pipeline=None)
         return saved
 
-    def _check_grain_order(self, state: Any) -> None:
+    def _check_grain_order(self, state: dict[str, Any]) -> None:
         """Refuses a state of Google's Grain where its order is not this loader's."""
-        if isinstance(state, bytes | bytearray | str):
-            state = json.loads(state)
         workers = state["worker_count"]
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise ValueError(f"state['worker_count'] must be an int >= 0, got {workers!r}.")
         reasons = []
         if getattr(self._sampler, "_shuffle", False):
             reasons.append("the sampler shuffles, and Grain's shuffle is not this library's")

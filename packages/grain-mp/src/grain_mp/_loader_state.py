@@ -66,6 +66,7 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -291,16 +292,18 @@ def decode_state(
     layout: Layout,
     validate: bool,
     sources: tuple[set[str], set[str]] = (set(), set()),
+    check_grain: Callable[[dict[str, Any]], None] | None = None,
 ) -> SavedPosition:
     """Where a state from `get_state` (any format, or Grain's) resumes, after checking it.
 
     With `validate`, the state's identity must equal `identity` (this loader's);
     a Grain state's sampler and data source must be among `sources` (the
-    descriptions `grain_descriptions` gives of this loader's).
+    descriptions `grain_descriptions` gives of this loader's), and
+    `check_grain` (if given) raises where Grain's order is not the loader's.
     """
     state = _as_dict(state)
     if "last_seen_indices" in state and "format" not in state:
-        return _decode_grain(state, layout, validate, sources)
+        return _decode_grain(state, layout, validate, sources, check_grain)
     if "format" in state:
         return _decode_format_3(state, identity, fingerprint, layout, validate)
     return _decode_old(state, identity, validate)
@@ -341,7 +344,11 @@ def _decode_format_3(
 
 
 def _decode_grain(
-    state: dict[str, Any], layout: Layout, validate: bool, sources: tuple[set[str], set[str]]
+    state: dict[str, Any],
+    layout: Layout,
+    validate: bool,
+    sources: tuple[set[str], set[str]],
+    check_grain: Callable[[dict[str, Any]], None] | None,
 ) -> SavedPosition:
     if not set(state) >= GRAIN_KEYS:
         raise ValueError(
@@ -357,6 +364,8 @@ def _decode_grain(
                     "A checkpoint only restores with the sampler and data source it was saved "
                     "with (pass validate_state=False to DataLoaderIterator to skip this check)."
                 )
+    if check_grain is not None:
+        check_grain(state)
     units = layout.units_of(state)
     step = min(units * layout.steps_per_unit, layout.length)
     return SavedPosition(step, None, units=units, grain=True)
