@@ -66,6 +66,7 @@ from grain_mp._loader_state import (
     describe_for_checkpoint,
     encode_state,
     grain_descriptions,
+    loader_identity,
 )
 from grain_mp._operations import ElementStep, Plan, SamplerSourceMapDataset, plan_operations
 from grain_mp._options import MultiprocessingOptions
@@ -299,12 +300,10 @@ class DataLoader:
             self._read_options,
             self._multiprocessing_options,
         )
-        self._identity = {
-            "sampler": describe_for_checkpoint(sampler),
-            "data_source": describe_for_checkpoint(data_source),
-            "data_source_len": num_records,
-            "shard_options": None if loader_shard is None else repr(loader_shard),
-        }
+        self._identity = loader_identity(sampler, data_source, num_records, loader_shard)
+        self._old_identity = loader_identity(
+            sampler, data_source, num_records, loader_shard, grain_form=False
+        )
         # Grain's keys count sampler indices: the loader's shard, else the sampler's own.
         if loader_shard is None and isinstance(own, ShardOptions):
             shard_index, shard_count = own.shard_index, own.shard_count
@@ -340,7 +339,7 @@ class DataLoader:
     def __repr__(self) -> str:
         return (
             f"DataLoader(sampler={self._identity['sampler']}, "
-            f"data_source={self._identity['data_source']}, "
+            f"data_source={self._old_identity['data_source']}, "
             f"operations={list(self._operations)!r}, worker_count={self._worker_count})"
         )
 
@@ -390,6 +389,7 @@ class DataLoader:
             validate,
             self._grain_sources() if validate else (set(), set()),
             self._check_grain_order,
+            self._old_identity,
         )
         step = saved.next_step
         if self._length < INFINITE and step > self._length:

@@ -120,6 +120,27 @@ def describe_for_checkpoint(obj: Any) -> str:
     return text
 
 
+def _describe_like_grain(obj: Any) -> str:
+    """The `data_source` of a state: Grain's (the type of a built-in container), else ours."""
+    if isinstance(obj, list | tuple | dict | np.ndarray):
+        return str(type(obj))  # the length is `data_source_len`
+    return describe_for_checkpoint(obj)
+
+
+def loader_identity(
+    sampler: Any, data_source: Any, num_records: int, shard: Any, grain_form: bool = True
+) -> dict[str, Any]:
+    """What a state records of its loader, compared on restore (format 3; formats 1 and 2
+    described a built-in container as ``list(len=n)``: `grain_form` False)."""
+    describe = _describe_like_grain if grain_form else describe_for_checkpoint
+    return {
+        "sampler": describe_for_checkpoint(sampler),
+        "data_source": describe(data_source),
+        "data_source_len": num_records,
+        "shard_options": None if shard is None else repr(shard),
+    }
+
+
 def grain_descriptions(obj: Any) -> set[str]:
     """How Grain's DataLoader may have described `obj` in a state, and how we do."""
     forms = {describe_for_checkpoint(obj)}
@@ -293,20 +314,22 @@ def decode_state(
     validate: bool,
     sources: tuple[set[str], set[str]] = (set(), set()),
     check_grain: Callable[[dict[str, Any]], None] | None = None,
+    old_identity: dict[str, Any] | None = None,
 ) -> SavedPosition:
     """Where a state from `get_state` (any format, or Grain's) resumes, after checking it.
 
     With `validate`, the state's identity must equal `identity` (this loader's);
     a Grain state's sampler and data source must be among `sources` (the
     descriptions `grain_descriptions` gives of this loader's), and
-    `check_grain` (if given) raises where Grain's order is not the loader's.
+    `check_grain` (if given) raises where Grain's order is not the loader's;
+    formats 1 and 2 are compared with `old_identity` (default `identity`).
     """
     state = _as_dict(state)
     if "last_seen_indices" in state and "format" not in state:
         return _decode_grain(state, layout, validate, sources, check_grain)
     if "format" in state:
         return _decode_format_3(state, identity, fingerprint, layout, validate)
-    return _decode_old(state, identity, validate)
+    return _decode_old(state, identity if old_identity is None else old_identity, validate)
 
 
 def _decode_format_3(
