@@ -295,6 +295,13 @@ RULES: list[Rule] = [
         predicate=lambda n, c, o, u: loader_state_extends(o.get("value"), u.get("value")),
     ),
     Rule(
+        "dlstate.grain_literal.shuffled",
+        ("ours-raises",),
+        "a DataLoader state written by Grain restores here only where Grain's order is ours; "
+        "with a shuffling sampler it is not (our keyed shuffle), so no position here continues "
+        "that run and set_state raises a ValueError saying so instead of resuming elsewhere",
+    ),
+    Rule(
         "dlstate.worker_count.*",
         ("value",),
         "stated difference (docs/compatibility.md): the DataLoader's batches do not depend on "

@@ -185,3 +185,33 @@ def _():
 def _():
     it = _elastic(grain.MapDataset.range(10), 4, 0, 2)
     return {"batches": [_plain(b) for b in it], "state": _positions(it.get_state())}
+
+
+def _grain_literal(seen: int, shuffle: bool) -> bytes:
+    """A DataLoader state as Grain 0.2.18 writes it (worker_count 0, RangeDataSource(0, 10))."""
+    s = sampler(10, num_epochs=2, shuffle=shuffle, seed=0)
+    state = {
+        "version": 2,
+        "last_seen_indices": {"0": seen},
+        "last_worker_index": -1,
+        "worker_count": 0,
+        "sampler": repr(s),
+        "data_source": "RangeDataSource(start=0, stop=10, step=1)",
+    }
+    return json.dumps(state, indent=4).encode()
+
+
+@case("dlstate.grain_literal.unshuffled", timeout=20)
+def _():
+    # The same order on both sides: a Grain-written state continues at the same batch.
+    it = iter(_loader(ops=[pg.Batch(3)]))
+    it.set_state(_grain_literal(5, shuffle=False))
+    return [_plain(b) for b in it]
+
+
+@case("dlstate.grain_literal.shuffled", timeout=20)
+def _():
+    s = sampler(10, num_epochs=2, shuffle=True, seed=0)
+    it = iter(_loader(ops=[pg.Batch(3)], sampler=s))
+    it.set_state(_grain_literal(5, shuffle=True))
+    return len(L(it))
