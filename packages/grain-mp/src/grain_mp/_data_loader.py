@@ -351,7 +351,7 @@ class DataLoader:
         while isinstance(state, dict) and "parent" in state:
             state = state["parent"]
         units = state.get("next_index") if isinstance(state, dict) else None
-        if isinstance(units, bool) or not isinstance(units, int):
+        if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ValueError(
                 f"state['pipeline'] is not the state of this DataLoader's pipeline: "
                 f"{pipeline_state!r:.300}."
@@ -424,6 +424,12 @@ class DataLoader:
             bottom: Any = saved.pipeline
             while "parent" in bottom:
                 bottom = bottom["parent"]
+            total = -(-self._length // self._plan.steps_per_unit)
+            if units > total:
+                raise ValueError(
+                    f"state['pipeline'] says {units} units were read, past the end of this "
+                    f"DataLoader ({total} units): the state is corrupt or from another one."
+                )
             if self._plan.tail or bottom.get("emitted"):
                 raise ValueError(
                     f"state['last_seen_indices'] says {saved.units} units were read but "

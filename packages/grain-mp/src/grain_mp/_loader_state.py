@@ -192,9 +192,12 @@ class Layout:
             raise ValueError(f"state['worker_count'] must be an int >= 0, got {workers!r}.")
         seen = state["last_seen_indices"]
         count = max(workers, 1)
-        if not isinstance(seen, dict) or {str(key) for key in seen} != {
-            str(w) for w in range(count)
-        }:
+        # The length first: a corrupt worker_count must not build a huge set.
+        if (
+            not isinstance(seen, dict)
+            or len(seen) != count
+            or {str(key) for key in seen} != {str(w) for w in range(count)}
+        ):
             raise ValueError(
                 "state['last_seen_indices'] must map each worker '0' ... "
                 f"'{count - 1}' (worker_count={workers}) to the last sampler index it read, "
@@ -348,6 +351,11 @@ def _decode_format_3(
         raise ValueError(
             f"this is not a DataLoader state: expected the keys {sorted(_STATE_KEYS)}, got "
             f"{sorted(state)}. Pass what `get_state()` returned (Grain's keys may be edited)."
+        )
+    if type(state["version"]) is not int or state["version"] != GRAIN_VERSION:
+        raise ValueError(
+            f"state['version'] must be {GRAIN_VERSION} (Grain's DataLoader state version, which "
+            f"format {FORMAT} keeps), got {state['version']!r}: the state is corrupt."
         )
     if validate:
         _check_identity(state, identity, IDENTITY_KEYS)
