@@ -24,9 +24,16 @@ elements of `batch_size` positions, one message per list), and so is everything
 after it; pipelines whose batches come before any filter batch in the workers.
 
 State. ``iterator.get_state()`` returns small JSON bytes (``set_state`` takes the
-bytes, a str or the decoded dict), described in `grain_mp._loader_state`: the
-pipeline iterator's state with the loader's identity. It does not depend on
-worker_count: a checkpoint saved with 8 workers restores with 0.
+bytes, a str or the decoded dict), described in `grain_mp._loader_state`: Grain's
+keys with Grain's meaning (`last_seen_indices` per worker, `last_worker_index`,
+`worker_count`), from which the position is read back, and beside them the
+pipeline iterator's state, its fingerprint and the loader's identity. It
+restores with any worker_count: a checkpoint saved with 8 workers restores
+with 0. A state written by Google's Grain restores where its order is ours.
+
+Records. Position k reads ``data_source[record_key % len(data_source)]``, as
+Grain's DataLoader does, so a sampler over more records than the source reads
+it again from its start.
 
 Attributes. As in Grain (Keras rebuilds loaders from them): `_data_source`,
 `_sampler`, `_operations` (a list), `_shard_options` (the loader's, else the
