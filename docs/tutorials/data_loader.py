@@ -298,4 +298,6 @@ data_loader = grain.DataLoader(
 with iter(data_loader) as data_iter:
     names = [next(data_iter)["file_name"] for _ in range(3)]
 print("first three records:", names)
-print("state:", json.loads(data_iter.get_state())["next_step"], "steps read")
+# The state has Grain's keys: per worker, the last sampler index it read.
+seen = json.loads(data_iter.get_state())["last_seen_indices"]
+print("state:", max(seen.values()) + 1, "steps read")

@@ -48,6 +48,7 @@ CASE_MODULES = [
     "cases_mix_epochs",
     "cases_subclass",
     "cases_errors",
+    "cases_loader_state",
 ]
 
 

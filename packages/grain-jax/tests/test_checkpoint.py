@@ -164,7 +164,10 @@ def test_data_loader_iterator(tmp_path, workers):
     finally:
         it.close()
     saved = json.loads((tmp_path / "5/default/process_0-of-1.json").read_bytes())
-    assert saved["state"]["next_step"] == 5 * 4  # The DataLoader's own JSON, under the marker.
+    # The DataLoader's own JSON, under the marker: Grain's keys say 5 batches of 4 were read,
+    # unit u by worker u % n.
+    seen = {"0": 19} if workers == 0 else {"0": 19, "1": 15}
+    assert saved["state"]["last_seen_indices"] == seen
 
 
 def test_iterator_with_mp_prefetch_workers(tmp_path):

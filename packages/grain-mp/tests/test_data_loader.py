@@ -437,11 +437,17 @@ def test_state_is_small_json_bytes_naming_sampler_and_source():
     assert isinstance(raw, bytes)
     state = json.loads(raw)
     assert state["sampler"] == repr(_sampler())
-    assert state["data_source"] == "list(len=60)"
+    assert state["data_source"] == "<class 'list'>"  # Grain's description; the length beside
     assert state["data_source_len"] == N
     assert state["version"] == 2
-    assert (state["next_step"], state["worker_count"]) == (4, 0)
-    assert len(raw) < 600
+    # Grain's keys: the chunks of 4 steps that the batch of 4 after a filter reads; the
+    # first batch took the first chunk, whose last sampler index is 3.
+    assert (state["last_seen_indices"], state["last_worker_index"], state["worker_count"]) == (
+        {"0": 3},
+        -1,
+        0,
+    )
+    assert len(raw) < 800
     rest = _read(it)
     for form in (raw, raw.decode(), state):
         resumed = iter(_loader([NotMultipleOf3(), Batch(4)]))
@@ -452,10 +458,10 @@ def test_state_is_small_json_bytes_naming_sampler_and_source():
 def test_state_before_the_first_element_and_after_the_end():
     loader = _loader([Batch(8)])
     it = iter(loader)
-    assert json.loads(it.get_state())["next_step"] == 0
+    assert json.loads(it.get_state())["last_seen_indices"] == {"0": -1}
     everything = _read(it)
     end = it.get_state()
-    assert json.loads(end)["next_step"] == 2 * N
+    assert json.loads(end)["last_seen_indices"] == {"0": 2 * N - 1}
     resumed = iter(loader)
     resumed.set_state(end)
     assert _read(resumed) == []
@@ -488,7 +494,7 @@ def test_a_state_from_other_operations_or_garbage_is_refused():
     with pytest.raises(TypeError, match="get_state"):
         target.set_state(3)
     state = json.loads(iter(_loader()).get_state())
-    state["next_step"] = 10**6
+    state["last_seen_indices"] = {"0": 10**6}
     with pytest.raises(ValueError, match="past the end"):
         target.set_state(state)
 
@@ -540,8 +546,8 @@ def test_bad_arguments_are_named():
         _loader(read_options={"num_threads": 2})
     with pytest.raises(TypeError, match="enable_profiling"):
         _loader(enable_profiling="yes")
-    with pytest.raises(ValueError, match="num_records=len"):
-        _loader(source=list(range(N - 1)))
+    with pytest.raises(ValueError, match="`data_source` is empty"):
+        _loader(source=[])
 
     class NoFanOut(FlatMapTransform):
         def flat_map(self, element):
@@ -584,7 +590,9 @@ def test_an_operation_error_surfaces_at_its_element_and_stays_there(workers):
     assert shown.count("bad record 13") == 1, shown
     assert shown.count("grain: raised by the user function") == 1, shown
     assert shown.count("frames were removed") == 1, shown
-    assert json.loads(it.get_state())["next_step"] == 13
+    # Grain's keys: 13 records consumed, the last by worker 0 (12) and before it worker 1 (11).
+    seen = {"0": 12} if workers == 0 else {"0": 12, "1": 11}
+    assert json.loads(it.get_state())["last_seen_indices"] == seen
     with pytest.raises(KeyError, match="bad record 13"):
         next(it)
     it.close()

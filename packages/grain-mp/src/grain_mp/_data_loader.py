@@ -25,9 +25,16 @@ elements of `batch_size` positions, one message per list), and so is everything
 after it; pipelines whose batches come before any filter batch in the workers.
 
 State. ``iterator.get_state()`` returns small JSON bytes (``set_state`` takes the
-bytes, a str or the decoded dict), described in `grain_mp._loader_state`: the
-pipeline iterator's state with the loader's identity. It does not depend on
-worker_count: a checkpoint saved with 8 workers restores with 0.
+bytes, a str or the decoded dict), described in `grain_mp._loader_state`: Grain's
+keys with Grain's meaning (`last_seen_indices` per worker, `last_worker_index`,
+`worker_count`), from which the position is read back, and beside them the
+pipeline iterator's state, its fingerprint and the loader's identity. It
+restores with any worker_count: a checkpoint saved with 8 workers restores
+with 0. A state written by Google's Grain restores where its order is ours.
+
+Records. Position k reads ``data_source[record_key % len(data_source)]``, as
+Grain's DataLoader does, so a sampler over more records than the source reads
+it again from its start.
 
 Attributes. As in Grain (Keras rebuilds loaders from them): `_data_source`,
 `_sampler`, `_operations` (a list), `_shard_options` (the loader's, else the
@@ -38,6 +45,7 @@ sampler's, else NoSharding()), `_read_options` (default ``ReadOptions()``) and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Awaitable, Coroutine, Iterator
@@ -52,18 +60,23 @@ from grain_dataset.extension import (
     add_lock,
     closed_error,
     load_coroutine,
+    pipeline_fingerprint,
     save_coroutine,
     serialized,
 )
 from grain_index import NoSharding, RecordMetadata, ShardOptions
 from grain_mp._loader_pipeline import build_pipeline, build_units
 from grain_mp._loader_state import (
+    FINGERPRINT_KEY,
+    Layout,
     SavedPosition,
     decode_state,
     describe_for_checkpoint,
     encode_state,
+    grain_descriptions,
+    loader_identity,
 )
-from grain_mp._operations import Plan, SamplerSourceMapDataset, plan_operations
+from grain_mp._operations import ElementStep, Plan, SamplerSourceMapDataset, plan_operations
 from grain_mp._options import MultiprocessingOptions
 
 __all__ = [
@@ -268,7 +281,7 @@ class DataLoader:
         num_records = len(data_source)
         # The sharding this loader applies to the sampler's steps (None: every step),
         # and `_shard_options` as Grain shows it.
-        loader_shard = self._loader_sharding(shard_options, num_records)
+        loader_shard = self._loader_sharding(shard_options)
         self._loader_shard = loader_shard
         own = getattr(sampler, "_shard_options", None)
         if shard_options is not None:
@@ -299,6 +312,11 @@ class DataLoader:
                 f"which draws from each record's `rng`, but {sampler!r} gives none: create "
                 "the sampler with a seed, e.g. IndexSampler(..., seed=0)."
             )
+        if self._length and not num_records:
+            raise ValueError(
+                f"`data_source` is empty but {sampler!r} has records to read: pass a source "
+                "with records, or a sampler over none."
+            )
         source = SamplerSourceMapDataset(
             sampler,
             data_source,
@@ -306,6 +324,7 @@ class DataLoader:
             shard_index=shard_index,
             shard_count=shard_count,
             metadata=self._plan.metadata,
+            source_length=num_records,
         )
         self._pipeline = build_pipeline(
             self._plan,
@@ -313,30 +332,25 @@ class DataLoader:
             self._read_options,
             self._multiprocessing_options,
         )
-        self._identity = {
-            "sampler": describe_for_checkpoint(sampler),
-            "data_source": describe_for_checkpoint(data_source),
-            "data_source_len": num_records,
-            "shard_options": None if loader_shard is None else repr(loader_shard),
-        }
+        self._identity = loader_identity(sampler, data_source, num_records, loader_shard)
+        self._old_identity = loader_identity(
+            sampler, data_source, num_records, loader_shard, grain_form=False
+        )
+        # Grain's keys count sampler indices: the loader's shard, else the sampler's own.
+        if loader_shard is None and isinstance(own, ShardOptions):
+            shard_index, shard_count = own.shard_index, own.shard_count
+        self._layout = Layout(self._plan.steps_per_unit, self._length, shard_index, shard_count)
+        self._fingerprint = pipeline_fingerprint(self._pipeline)
 
     @property
     def multiprocessing_options(self) -> MultiprocessingOptions:
         """The worker count, per-worker buffer size and profiling flag of this loader."""
         return self._multiprocessing_options
 
-    def _loader_sharding(
-        self, shard_options: ShardOptions | None, num_records: int
-    ) -> ShardOptions | None:
-        """Checks the sampler against the source; the sharding the loader itself applies."""
-        # IndexSampler's own settings (private attributes of our grain_index, which Grain's
-        # DataLoader reads too): checked here, as a mismatch would fail mid-epoch.
-        sampler_records = getattr(self._sampler, "_num_records", None)
-        if isinstance(sampler_records, int) and sampler_records > num_records:
-            raise ValueError(
-                f"{self._sampler!r} samples {sampler_records} records but `data_source` has "
-                f"only {num_records}: create the sampler with num_records=len(data_source)."
-            )
+    def _loader_sharding(self, shard_options: ShardOptions | None) -> ShardOptions | None:
+        """The sharding the loader itself applies, after checking it against the sampler's."""
+        # A sampler over more records than the source holds reads key % len(source), as
+        # Grain's DataLoader does (docs/data_loader.md).
         own = getattr(self._sampler, "_shard_options", None)
         if shard_options is None:
             return None
@@ -357,40 +371,62 @@ class DataLoader:
     def __repr__(self) -> str:
         return (
             f"DataLoader(sampler={self._identity['sampler']}, "
-            f"data_source={self._identity['data_source']}, "
+            f"data_source={self._old_identity['data_source']}, "
             f"operations={list(self._operations)!r}, worker_count={self._worker_count})"
         )
 
     # -- states ----------------------------------------------------------------------
 
-    def _step_of(self, pipeline_state: dict[str, Any]) -> int:
-        """The sampler step where the positions of `pipeline_state` stand."""
+    def _units_of(self, pipeline_state: dict[str, Any]) -> int:
+        """The units consumed (fully handed on) where `pipeline_state` stands."""
         state: Any = pipeline_state
         while isinstance(state, dict) and "parent" in state:
             state = state["parent"]
         units = state.get("next_index") if isinstance(state, dict) else None
-        if isinstance(units, bool) or not isinstance(units, int):
+        if isinstance(units, bool) or not isinstance(units, int) or units < 0:
             raise ValueError(
                 f"state['pipeline'] is not the state of this DataLoader's pipeline: "
                 f"{pipeline_state!r:.300}."
             )
-        return self._unit_to_step(units)
+        return units
+
+    def _step_of(self, pipeline_state: dict[str, Any]) -> int:
+        """The sampler step where the positions of `pipeline_state` stand."""
+        return self._unit_to_step(self._units_of(pipeline_state))
 
     def _unit_to_step(self, unit: int) -> int:
         step = unit * self._plan.steps_per_unit
         return step if self._length >= INFINITE else min(step, self._length)
 
     def _encode_state(self, pipeline_state: dict[str, Any]) -> bytes:
-        step = self._step_of(pipeline_state)
-        return encode_state(step, pipeline_state, self._worker_count, self._identity)
+        return encode_state(
+            self._units_of(pipeline_state),
+            pipeline_state,
+            self._worker_count,
+            self._layout,
+            self._identity,
+            self._fingerprint,
+        )
+
+    def _grain_sources(self) -> tuple[set[str], set[str]]:
+        return grain_descriptions(self._sampler), grain_descriptions(self._data_source)
 
     def _decode_state(self, state: Any, validate: bool = True) -> SavedPosition:
         """Where a state from `get_state` resumes, after checking it is ours and fits."""
-        saved = decode_state(state, self._identity, validate)
+        saved = decode_state(
+            state,
+            self._identity,
+            self._fingerprint,
+            self._layout,
+            validate,
+            self._grain_sources() if validate else (set(), set()),
+            self._check_grain_order,
+            self._old_identity,
+        )
         step = saved.next_step
         if self._length < INFINITE and step > self._length:
             raise ValueError(
-                f"state['next_step']={step} is past the end of this DataLoader "
+                f"the state's position (step {step}) is past the end of this DataLoader "
                 f"({self._length} steps): the state belongs to another DataLoader."
             )
         unit = -(-step // self._plan.steps_per_unit)
@@ -405,20 +441,81 @@ class DataLoader:
                 "has no flat map or record operation that could need it): the state is "
                 "from another DataLoader."
             )
-        if saved.pipeline is not None and self._step_of(saved.pipeline) != step:
-            raise ValueError(
-                f"state['next_step']={step} disagrees with the position of state['pipeline']: "
-                "the state was modified."
-            )
+        if saved.pipeline is None:
+            return saved
+        units = self._units_of(saved.pipeline)
+        if saved.units is None:  # format 2: its next_step and its pipeline must agree
+            if self._unit_to_step(units) != step:
+                raise ValueError(
+                    f"state['next_step']={step} disagrees with the position of "
+                    "state['pipeline']: the state was modified."
+                )
+        elif units != saved.units:
+            # A client moved the position through Grain's keys (as AirIO does): they win
+            # where the pipeline holds nothing but the position, else they cannot be met.
+            bottom: Any = saved.pipeline
+            while "parent" in bottom:
+                bottom = bottom["parent"]
+            total = -(-self._length // self._plan.steps_per_unit)
+            if units > total:
+                raise ValueError(
+                    f"state['pipeline'] says {units} units were read, past the end of this "
+                    f"DataLoader ({total} units): the state is corrupt or from another one."
+                )
+            if self._plan.tail or bottom.get("emitted"):
+                raise ValueError(
+                    f"state['last_seen_indices'] says {saved.units} units were read but "
+                    f"state['pipeline'] says {units}: this DataLoader runs operations in this "
+                    "process (a batch after a filter, a flat map, a record operation) whose "
+                    "state only state['pipeline'] gives, so the position cannot be moved by "
+                    "editing Grain's keys. Restore the state unedited."
+                )
+            return dataclasses.replace(saved, pipeline=None)
         return saved
+
+    def _check_grain_order(self, state: dict[str, Any]) -> None:
+        """Refuses a state of Google's Grain where its order is not this loader's."""
+        workers = state["worker_count"]
+        if isinstance(workers, bool) or not isinstance(workers, int):
+            raise ValueError(f"state['worker_count'] must be an int >= 0, got {workers!r}.")
+        reasons = []
+        if getattr(self._sampler, "_shuffle", False):
+            reasons.append("the sampler shuffles, and Grain's shuffle is not this library's")
+        if self._plan.needs_rng:
+            reasons.append("a random map draws from each record's rng, seeded otherwise by Grain")
+        if self._layout.shard_count > 1:
+            reasons.append("the loader is sharded, and Grain splits the records otherwise")
+        if self._plan.tail:
+            reasons.append(
+                "operations run in this process (a batch after a filter, a flat map or a "
+                "record operation), whose state Grain's keys do not give"
+            )
+        filters = any(
+            isinstance(op, ElementStep) and op.kind == "filter" for op in self._plan.worker
+        )
+        if workers >= 2 and (self._plan.steps_per_unit > 1 or filters):
+            reasons.append(
+                f"Grain's {workers} workers each batched or filtered their own records, so its "
+                "order depends on its worker count, and this library's does not"
+            )
+        if reasons:
+            raise ValueError(
+                "this DataLoader state was written by Google's Grain, and it cannot be resumed "
+                f"here: {'; '.join(reasons)}. So no position here continues that run exactly. "
+                "Start this DataLoader from the beginning, or resume from a checkpoint this "
+                "library wrote."
+            )
 
     def _restored(self, saved: SavedPosition) -> Any:
         """A pipeline iterator at `saved` (a version-1 state: before its replay)."""
         iterator = iter(self._pipeline)
         try:
             pipeline = saved.pipeline
-            if pipeline is None:  # version 1: the parent side afresh at (unit, skip)
+            if pipeline is None:  # the parent side afresh at (unit, skip)
                 pipeline = self._fresh_state(iterator, saved)
+            elif FINGERPRINT_KEY not in pipeline:
+                # Format 3 carries the fingerprint beside the pipeline's state (checked).
+                pipeline = {**pipeline, FINGERPRINT_KEY: self._fingerprint}
             try:
                 iterator.set_state(pipeline)
             except (ValueError, TypeError) as error:
@@ -431,10 +528,10 @@ class DataLoader:
         return iterator
 
     def _fresh_state(self, iterator: Any, saved: SavedPosition) -> dict[str, Any]:
-        """The pipeline's state with every parent-side stage fresh at a version-1 position.
+        """The pipeline's state with every parent-side stage fresh at a position.
 
         A fresh iterator's state has that shape (its stages are all fresh): the
-        state of its positions, at the bottom, is replaced by the version-1 one.
+        state of its positions, at the bottom, is replaced by the saved one.
         """
         state = iterator.get_state()
         positions = state

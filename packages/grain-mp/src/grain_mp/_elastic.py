@@ -38,7 +38,7 @@ from grain_dataset import (
 )
 from grain_dataset.extension import drops_positions, pipeline_fingerprint, remember_dataset
 from grain_index import ShardOptions
-from grain_mp._elastic_plan import Plan, decode_runs, replan
+from grain_mp._elastic_plan import Plan, decode_runs, encode_runs, replan
 from grain_mp._mp_prefetch import mp_prefetch
 from grain_mp._options import MultiprocessingOptions
 
@@ -46,6 +46,9 @@ _FORMAT = "elastic_format"
 _VERSION = 1
 _FINGERPRINT = "grain_fingerprint"
 _KEYS = {_FORMAT, "shard_index", "shard_count", "frontier", "leftovers", "taken", "one_to_one"}
+# The state all shards of a one-to-one run share (Grain's key, and owed positions if any).
+_NEXT = "global_next_index"
+_SHARED_KEYS = {_NEXT, "leftovers"}
 
 
 class ElasticIterator(DatasetIterator[Any]):
@@ -203,6 +206,17 @@ class ElasticIterator(DatasetIterator[Any]):
     # -- state --------------------------------------------------------------------------
 
     def get_state(self) -> dict[str, Any]:
+        """The position: one dict for all shards of a one-to-one pipeline, else this shard's.
+
+        One-to-one (every shard has read the same number of entries): Grain's
+        ``{"global_next_index": g}``, the first global position no shard has read,
+        with ``"leftovers"`` (runs of positions still owed from before a resize,
+        read first) while any remain. It names no shard: every shard returns the
+        same dict after the same steps, and any shard restores from it. Otherwise
+        this shard's place in the run (see ELASTIC.md).
+        """
+        if self._one_to_one:
+            return self._shared_state()
         return {
             _FORMAT: _VERSION,
             "shard_index": self._shard_index,
@@ -212,6 +226,14 @@ class ElasticIterator(DatasetIterator[Any]):
             "taken": self._taken,
             "one_to_one": self._one_to_one,
         }
+
+    def _shared_state(self) -> dict[str, Any]:
+        # Every shard took `taken` entries: the sequence's first shard_count * taken are read.
+        owed = self._plan.leftovers
+        read = self._shard_count * self._taken
+        if read >= len(owed):
+            return {_NEXT: self._plan.frontier + read - len(owed)}
+        return {_NEXT: self._plan.frontier, "leftovers": encode_runs(owed[read:])}
 
     def set_state(self, state: dict[str, Any] | Sequence[dict[str, Any]]) -> None:
         """Restores a state of this shard, of any one shard (one-to-one), or of all old shards.
@@ -227,6 +249,12 @@ class ElasticIterator(DatasetIterator[Any]):
         elif isinstance(state, list | tuple) and state:
             states = [_checked(self._verified(one)) for one in state]
         else:
+            states = []
+        shared = [one for one in states if _NEXT in one]
+        if shared:
+            self._restore_shared(shared, len(states))
+            return
+        if not states:
             raise TypeError(
                 "ElasticIterator.set_state takes a state from get_state() (a dict) or the list "
                 f"of all old shards' states, got {type(state).__name__}"
@@ -236,6 +264,45 @@ class ElasticIterator(DatasetIterator[Any]):
         plan, taken = self._restored(states)
         self._close_inner()
         self._plan, self._taken = plan, taken
+
+    def _restore_shared(self, shared: list[dict[str, Any]], count: int) -> None:
+        """Restores from one-to-one states: one, or all old shards' (the list's length)."""
+        if len(shared) < count:
+            raise ValueError(
+                "the states given to ElasticIterator.set_state mix the state all shards of a "
+                "one-to-one run share ('global_next_index') with single shards' states: pass "
+                "the states that all shards of one run returned at the same checkpoint."
+            )
+        old_count = len(shared)
+        owed = [decode_runs(state.get("leftovers", [])) for state in shared]
+        nexts = [state[_NEXT] for state in shared]
+        # The slowest shard owes the most and, past the leftovers, stands lowest: its state
+        # is the plan, and each shard read `read[s]` entries of that plan's sequence more.
+        slowest = min(range(old_count), key=lambda s: (-len(owed[s]), nexts[s]))
+        plan = Plan(frontier=nexts[slowest], leftovers=owed[slowest])
+        read = [
+            len(plan.leftovers) - len(owed[s]) + nexts[s] - plan.frontier for s in range(old_count)
+        ]
+        fits = all(
+            r >= 0
+            and r % old_count == 0
+            and np.array_equal(owed[s], plan.leftovers[len(plan.leftovers) - len(owed[s]) :])
+            and (not len(owed[s]) or nexts[s] == plan.frontier)
+            for s, r in enumerate(read)
+        )
+        if not fits:
+            raise ValueError(
+                "the states given to ElasticIterator.set_state are not of one run of "
+                f"{old_count} one-to-one shards ({shared!r:.300}): pass the states of one "
+                "checkpoint (any one of them suffices when all shards took the same steps)."
+            )
+        if any(read):
+            # Shards stop apart only at the end of the data, where a shard with a higher
+            # index has fewer entries: the more a shard read, the lower its index.
+            taken = sorted((r // old_count for r in read), reverse=True)
+            plan = replan(plan, taken)
+        self._close_inner()
+        self._plan, self._taken = plan, 0
 
     def _verified(self, state: Any) -> Any:
         """`state` without its fingerprint, which must be this pipeline's (lists skip the guard)."""
@@ -323,6 +390,8 @@ def _checked(state: Any) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise TypeError(f"an ElasticIterator state is a dict, got {type(state).__name__}.")
     keys = set(state) - {_FINGERPRINT}
+    if _NEXT in keys:
+        return _checked_shared(state, keys)
     if keys != _KEYS or state.get(_FORMAT) != _VERSION:
         raise ValueError(
             f"not an ElasticIterator state (format {_VERSION}): its keys are {sorted(keys)}, "
@@ -330,15 +399,35 @@ def _checked(state: Any) -> dict[str, Any]:
             "returned."
         )
     for key in ("shard_index", "shard_count", "frontier", "taken"):
-        value = state[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"state[{key!r}] must be an int >= 0, got {value!r}.")
+        _check_count(state, key)
     if not state["shard_index"] < state["shard_count"]:
         raise ValueError(
             f"state['shard_index'] {state['shard_index']} is not below state['shard_count'] "
             f"{state['shard_count']}: the state is corrupt."
         )
-    runs = state["leftovers"]
+    _check_runs(state["leftovers"])
+    return state
+
+
+def _checked_shared(state: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    if not keys <= _SHARED_KEYS:
+        raise ValueError(
+            f"not an ElasticIterator state: its keys are {sorted(keys)}; a one-to-one run's "
+            f"state has {_NEXT!r} and, while positions are owed, 'leftovers'. Restore a state "
+            "that ElasticIterator.get_state() returned."
+        )
+    _check_count(state, _NEXT)
+    _check_runs(state.get("leftovers", []))
+    return state
+
+
+def _check_count(state: dict[str, Any], key: str) -> None:
+    value = state[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"state[{key!r}] must be an int >= 0, got {value!r}.")
+
+
+def _check_runs(runs: Any) -> None:
     if not isinstance(runs, list) or any(
         not isinstance(run, list)
         or len(run) != 3
@@ -350,7 +439,6 @@ def _checked(state: Any) -> dict[str, Any]:
             "state['leftovers'] must be a list of [start, step, count] runs of ints with "
             f"count >= 1, got {runs!r}: the state is corrupt."
         )
-    return state
 
 
 def _check_arguments(

@@ -417,7 +417,10 @@ def plan_operations(operations: Sequence[Any]) -> Plan:
 
 
 class SamplerSourceMapDataset(MapStage):
-    """Position k reads ``data_source[sampler[shard_index + k * shard_count].record_key]``.
+    """Position k reads ``data_source[sampler[shard_index + k * shard_count].record_key % n]``.
+
+    n is `source_length` (``len(data_source)``): as in Grain's DataLoader, a sampler
+    over more records than the source holds reads the source again from its start.
 
     Many positions are read at once: record keys come from the sampler's
     vectorized `record_keys` (when it has one) and records with ``source[key]``,
@@ -442,10 +445,12 @@ class SamplerSourceMapDataset(MapStage):
         shard_index: int = 0,
         shard_count: int = 1,
         metadata: str = "none",
+        source_length: int | None = None,
     ):
         super().__init__()
         self._sampler = sampler
         self._source = data_source
+        self._source_length = len(data_source) if source_length is None else source_length
         self._length = length
         self._shard_index = shard_index
         self._shard_count = shard_count
@@ -458,7 +463,8 @@ class SamplerSourceMapDataset(MapStage):
     def __len__(self) -> int:
         return self._length
 
-    def _read(self, keys: list[int]) -> list[Any]:
+    def _read(self, keys: Any) -> list[Any]:
+        keys = (np.asarray(keys, dtype=np.int64) % self._source_length).tolist()
         if self._batched_read:
             return list(self._source.__getitems__(keys))
         source = self._source
@@ -478,7 +484,7 @@ class SamplerSourceMapDataset(MapStage):
             if self._metadata == "index":
                 metadata = [RecordMetadata(index=m.index) for m in metadata]
             return [Record(m, d) for m, d in zip(metadata, data, strict=True)]
-        data = self._read(sampler.record_keys(steps).tolist())
+        data = self._read(sampler.record_keys(steps))
         if self._metadata == "none":
             return data
         if self._vector_indices:
