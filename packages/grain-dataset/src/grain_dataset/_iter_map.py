@@ -18,7 +18,7 @@ from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._next_index import parent_next_index, set_parent_next_index
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import stage_seed
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 
 _CHECK_EVERY = 256
 
@@ -45,7 +45,14 @@ class _ElementwiseIterator(StageIterator):
 
 
 class _CountingIterator(_ElementwiseIterator):
-    """An iterator whose state is its parent's plus the number of elements it produced."""
+    """An iterator whose state is its parent's plus the number of elements it produced.
+
+    The count's key is Grain's name for it (`_COUNT`): ``{"parent": ..., "counter": n}``
+    for map_with_index, ``"index_for_rng"`` for random_map. Earlier versions of this library
+    wrote ``"index"``; such states restore as well.
+    """
+
+    _COUNT = "counter"
 
     def __init__(self, dataset: _ElementwiseIterDataset, parent: Any):
         super().__init__(dataset, parent)
@@ -65,12 +72,13 @@ class _CountingIterator(_ElementwiseIterator):
         return result
 
     def get_state(self) -> dict[str, Any]:
-        return {"index": self._index, "parent": self._parent.get_state()}
+        return {"parent": self._parent.get_state(), self._COUNT: self._index}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("index", "parent"))
+        state = renamed_keys(state, {"index": self._COUNT})
+        check_state(state, repr(self._dataset), ("parent", self._COUNT))
         self._parent.set_state(state["parent"])
-        self._index = state["index"]
+        self._index = state[self._COUNT]
 
     def _get_next_index(self) -> int:
         return self._index
@@ -193,5 +201,7 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
 
 @iterator_of(RandomMapIterDataset)
 class _RandomMapIterator(_CountingIterator):
+    _COUNT = "index_for_rng"
+
     def _apply(self, index: int, value: Any) -> Any:
         return self._fn(value, element_rng(self._dataset._seed, index))

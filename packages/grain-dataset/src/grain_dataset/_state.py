@@ -58,3 +58,18 @@ def check_parents_state(state: dict[str, Any], stage: str, count: int) -> list[A
             "the state is from a pipeline with a different number of components."
         )
     return list(parents)
+
+
+def renamed_keys(state: Any, old_to_new: dict[str, str]) -> Any:
+    """`state` with the keys an earlier version wrote renamed to the current (Grain's) ones.
+
+    Checkpoints of versions before the state shapes followed Grain's use other
+    key names for the same positions; a dict holding exactly the old names (and
+    none of the new) is renamed, anything else is returned unchanged for the
+    stage's own check to judge.
+    """
+    if not isinstance(state, dict) or not set(old_to_new) <= set(state):
+        return state
+    if set(old_to_new.values()) & set(state):
+        return state
+    return {old_to_new.get(key, key): value for key, value in state.items()}
