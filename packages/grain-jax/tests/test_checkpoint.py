@@ -72,10 +72,11 @@ def test_tutorial_flow_save_at_step_k_and_continue_exactly(tmp_path):
     assert take(fresh, 7) == uninterrupted[5:]
     assert "4/default/process_0-of-1.json" in files(tmp_path / "ckpt")
     saved = json.loads((tmp_path / "ckpt/4/default/process_0-of-1.json").read_text())
-    # The whole state (the next batch to read), under the marker of our format.
-    assert set(saved) == {"grain_py_state_format", "state"}
-    assert without_fingerprint(saved["state"]) == {"next_index": 5}
-    assert saved["state"]["grain_fingerprint"].endswith("to_iter")
+    # The whole state (the next batch to read, in Grain's shape), under the marker of our
+    # format, with the pipeline's fingerprint beside it.
+    assert set(saved) == {"grain_py_state_format", "state", "grain_fingerprint"}
+    assert saved["state"] == {"next_index": 5}
+    assert saved["grain_fingerprint"].endswith("to_iter")
 
 
 def test_async_save_captures_the_state_at_save_time(tmp_path):

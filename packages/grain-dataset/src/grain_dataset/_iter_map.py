@@ -28,6 +28,8 @@ class _ElementwiseIterDataset(IterStage):
         return None  # elements change, positions do not
 
     _kind = ""
+    # The key of the element count in the state of a counting stage (Grain's name).
+    _count_key = "counter"
 
     def __init__(self, parent: IterDataset[Any], transform: Any):
         super().__init__(parent)
@@ -47,12 +49,10 @@ class _ElementwiseIterator(StageIterator):
 class _CountingIterator(_ElementwiseIterator):
     """An iterator whose state is its parent's plus the number of elements it produced.
 
-    The count's key is Grain's name for it (`_COUNT`): ``{"parent": ..., "counter": n}``
-    for map_with_index, ``"index_for_rng"`` for random_map. Earlier versions of this library
-    wrote ``"index"``; such states restore as well.
+    The count's key is Grain's name for it (the stage's `_count_key`): ``{"parent":
+    ..., "counter": n}`` for map_with_index, ``"index_for_rng"`` for random_map.
+    Earlier versions of this library wrote ``"index"``; such states restore as well.
     """
-
-    _COUNT = "counter"
 
     def __init__(self, dataset: _ElementwiseIterDataset, parent: Any):
         super().__init__(dataset, parent)
@@ -72,13 +72,14 @@ class _CountingIterator(_ElementwiseIterator):
         return result
 
     def get_state(self) -> dict[str, Any]:
-        return {"parent": self._parent.get_state(), self._COUNT: self._index}
+        return {"parent": self._parent.get_state(), self._dataset._count_key: self._index}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        state = renamed_keys(state, {"index": self._COUNT})
-        check_state(state, repr(self._dataset), ("parent", self._COUNT))
+        key = self._dataset._count_key
+        state = renamed_keys(state, {"index": key})
+        check_state(state, repr(self._dataset), ("parent", key))
         self._parent.set_state(state["parent"])
-        self._index = state[self._COUNT]
+        self._index = state[key]
 
     def _get_next_index(self) -> int:
         return self._index
@@ -187,6 +188,8 @@ class _MapWithIndexIterator(_CountingIterator):
 class RandomMapIterDataset(_ElementwiseIterDataset):
     """``transform(element, rng)`` with `rng` keyed by (stage seed, element count)."""
 
+    _count_key = "index_for_rng"
+
     _kind = "random_map"
 
     def __init__(self, parent: IterDataset[Any], transform: Any, seed: int | None = None):
@@ -201,7 +204,5 @@ class RandomMapIterDataset(_ElementwiseIterDataset):
 
 @iterator_of(RandomMapIterDataset)
 class _RandomMapIterator(_CountingIterator):
-    _COUNT = "index_for_rng"
-
     def _apply(self, index: int, value: Any) -> Any:
         return self._fn(value, element_rng(self._dataset._seed, index))
