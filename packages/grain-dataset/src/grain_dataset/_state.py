@@ -8,12 +8,17 @@ from grain_dataset._errors import OutOfRangeError
 
 
 def check_state(
-    state: Any, stage: str, fields: tuple[str, ...], flags: tuple[str, ...] = ()
+    state: Any,
+    stage: str,
+    fields: tuple[str, ...],
+    flags: tuple[str, ...] = (),
+    nested: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Returns `state` after checking it is a dict with exactly `fields`.
 
-    The fields in `flags` must be bools; the others (but "parent"/"parents")
-    ints >= 0.
+    The fields in `flags` must be bools; those in `nested` (and "parent",
+    "parents") hold parents' states, which the parents check; the others must
+    be ints >= 0.
     """
     if not isinstance(state, dict):
         raise TypeError(
@@ -30,7 +35,7 @@ def check_state(
             "Google's Grain does not restore here: its element orders differ)."
         )
     for field in fields:
-        if field in ("parent", "parents"):
+        if field in ("parent", "parents") or field in nested:
             continue
         value = state[field]
         if field in flags:
