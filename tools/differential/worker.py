@@ -43,6 +43,7 @@ CASE_MODULES = [
     "cases_sources",
     "cases_misc",
     "cases_bad",
+    "cases_state_shapes",
 ]
 
 
