@@ -162,8 +162,7 @@ STATE_OWN_FORMAT = (
     "positional pipeline is the plain pipeline's ({'next_index': p}), which restores with any "
     "worker count (DESIGN.md's elastic resume; Grain's per-worker dict would tie it to the "
     "count); the packing stages record their own packer's position (consumed/emitted/group, "
-    "split offsets), not Grain's buffers; InterleaveIterDataset keeps {next_dataset, slot, "
-    "iterators}. Elements and resumes agree in the same cases"
+    "split offsets), not Grain's buffers. Elements and resumes agree in the same cases"
 )
 HAND_SET_MIX = (
     "a mix state set by hand takes its components by place and must list one state per "
@@ -276,10 +275,8 @@ RULES: list[Rule] = [
     ),
     Rule("state.values.mix", ("value",), MIX_SCHEDULE),
     Rule("stateshape.mp_prefetch_*", ("value",), STATE_OWN_FORMAT),
-    Rule("stateshape.interleave", ("value",), STATE_OWN_FORMAT),
     Rule("stateshape.pack_*", ("value",), STATE_OWN_FORMAT),
     Rule("iter.mp_prefetch.one_worker", ("value",), STATE_OWN_FORMAT, only_keys=("state_shape",)),
-    Rule("exp.interleave.resume", ("value",), STATE_OWN_FORMAT, only_keys=("state_shape",)),
     Rule("exp.pack.*.resume", ("value",), STATE_OWN_FORMAT, only_keys=("state_shape",)),
     Rule("dl.state.fresh", ("value",), STATE_FORMAT),
     Rule("dl.state.type_and_content", ("value",), STATE_FORMAT, only_keys=("decoded",)),
