@@ -324,6 +324,8 @@ def test_set_state_rejects_states_of_another_shape(state, match):
     ("change", "match"),
     [
         ({"future_states": None}, "future_states"),
+        ({"future_states": {"x": {}}}, "future_states"),
+        ({"future_states": {"1": {}}}, "future_states"),
         ({"next_index_in_cycle": 3}, "not below the 3 slots"),
         ({"next_index_in_datasets": 8}, "past the 7 datasets"),
         ({"next_index_in_datasets": 2}, "below next_index_in_datasets=2"),
@@ -334,6 +336,7 @@ def test_set_state_rejects_states_of_another_shape(state, match):
     ],
 )
 def test_set_state_rejects_grain_shaped_states_that_do_not_fit(change, match):
+    """(Datasets Grain opened ahead, future_states, are not positions: read from their start.)"""
     it = iter(InterleaveIterDataset(items_datasets(), cycle_length=3))
     state = {**it.get_state(), **change}
     with pytest.raises((ValueError, TypeError), match=match):
@@ -595,3 +598,12 @@ def test_restoring_random_earlier_states_continues_the_reference_order(seed):
 
 def it_dataset(cycle_length, config):
     return InterleaveIterDataset(items_datasets(), cycle_length=cycle_length, **config)
+
+
+def test_a_grain_state_with_datasets_opened_ahead_restores():
+    ds = InterleaveIterDataset(items_datasets(), cycle_length=3, iter_buffer_size=0)
+    it = iter(ds)
+    state = it.get_state()
+    state["future_states"] = {"3": {"next": 0}, "4": {"next": 0}}
+    it.set_state(state)
+    assert list(it) == reference(CONTENTS, 3)

@@ -356,8 +356,8 @@ def verify(iterator: Any, state: Any) -> tuple[Any, bool, Mixes | None]:
         "into the pipeline it was saved from (same sources, seeds, shuffles, slices and "
         "MapDataset batch sizes); changing map functions, IterDataset.batch sizes and "
         "IterDataset.mix weights or components is allowed (see docs/checkpointing.md). If you "
-        "changed the pipeline on purpose, restore with "
-        "grain.experimental.force_restore(iterator).set_state(state)."
+        "changed the pipeline on purpose, restore into "
+        "grain.experimental.force_restore(iterator), which skips this check once."
     )
 
 

@@ -306,6 +306,13 @@ def _discard(future: Future | None) -> None:
 # -- the iterator --------------------------------------------------------------------------
 
 
+def _is_future(key: Any, next_dataset: int, count: int) -> bool:
+    """Whether `key` of Grain's future_states names a dataset not opened yet (JSON: a str)."""
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)
+    return isinstance(key, int) and not isinstance(key, bool) and next_dataset <= key < count
+
+
 class _Slot:
     """One place of the round robin: a dataset index and its iterator, open or opening.
 
@@ -512,14 +519,21 @@ class _InterleaveIterator(DatasetIterator[Any]):
             problem = f"next_index_in_datasets={next_dataset} is past the {self._count} datasets"
         elif cycle >= max(used, 1):
             problem = f"next_index_in_cycle={cycle} is not below the {used} slots in use"
-        elif not isinstance(state["future_states"], dict):
-            problem = "future_states must be a dict"
-        elif any(flag not in (0, 1) or isinstance(flag, float) for flag in flags):
-            problem = f"exhausted must hold 0 or 1 per slot, got {flags!r}"
-        elif len(set(indices)) != len(indices) or not all(
-            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < next_dataset
-            for i in indices
+        elif not isinstance(state["future_states"], dict) or not all(
+            _is_future(key, next_dataset, self._count) for key in state["future_states"]
         ):
+            problem = (
+                "future_states must map indices of datasets not yet in use (from "
+                f"next_index_in_datasets={next_dataset} on) to states, got "
+                f"{state['future_states']!r:.200}"
+            )
+        elif any(type(flag) is not int or flag not in (0, 1) for flag in flags):
+            problem = f"exhausted must hold 0 or 1 per slot, got {flags!r}"
+        elif any(sub is None for sub in states):
+            problem = "iterators_in_use_states must hold each slot's iterator state, not None"
+        elif not all(type(i) is int and 0 <= i < next_dataset for i in indices) or len(
+            set(indices)
+        ) != len(indices):
             problem = (
                 f"iterators_in_use_indices={indices!r} must be distinct dataset indices below "
                 f"next_index_in_datasets={next_dataset}"

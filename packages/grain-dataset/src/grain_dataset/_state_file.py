@@ -291,8 +291,8 @@ def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(
             f"the iterator state in {path} does not fit this {type(owner).__name__}: "
-            f"{error} The checkpoint was saved from a pipeline of another shape; restore "
-            "it into the pipeline that saved it."
+            f"{error} The checkpoint was saved from another pipeline; restore it into the "
+            "pipeline that saved it."
         ) from error
     return path
 
