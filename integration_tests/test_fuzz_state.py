@@ -279,10 +279,11 @@ def _none_allowed(name: str, path: tuple[Any, ...]) -> bool:
 
 
 def _optional(path: tuple[Any, ...], key: Any) -> bool:
-    """Keys that older versions did not write, so a state without them still restores.
+    """Keys that a state may lack and still restore.
 
-    The pipeline fingerprint at the top (restored with an UnverifiedStateWarning)
-    and a mix's component hashes (components then matched by their place).
+    The pipeline fingerprint at the top (states of earlier versions carried it;
+    now the checkpoint file does) and an earlier version's mix component hashes
+    (components then matched by their place).
     """
     return (not path and key == "grain_fingerprint") or key == "components"
 
@@ -293,6 +294,8 @@ def _benign(name: str, path: tuple[Any, ...], old: Any, new: Any) -> bool:
         return True
     if len(path) >= 2 and path[-2] == "components" and isinstance(new, str):
         return True  # another component hash: a component changed since, by design
+    if type(new) is bool and type(old) is bool:
+        return True  # the other value of a flag (a mix's "stop"): a state it could write
     if type(new) is int and new >= 0 and type(old) is int:
         return True  # another position (HUGE: a far one)
     if name.startswith("DataLoader") and path[:1] == ("last_seen_indices",) and type(new) is int:

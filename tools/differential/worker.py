@@ -49,6 +49,7 @@ CASE_MODULES = [
     "cases_subclass",
     "cases_errors",
     "cases_loader_state",
+    "cases_state_shapes",
 ]
 
 

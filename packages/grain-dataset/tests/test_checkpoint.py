@@ -20,7 +20,6 @@ from grain_dataset import (
     ReadOptions,
     WithOptionsIterDataset,
     assert_equal_output_after_checkpoint,
-    without_fingerprint,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -198,20 +197,17 @@ def test_every_state_of_an_infinite_pipeline_restores_exactly(name, num_threads)
 def leaves(state, path="state"):
     """(path, value) of every position; fails unless the state is dicts/lists of ints.
 
-    The only strings are the pipeline's fingerprint (at the top) and a mix's
-    component hashes; they are not positions.
+    States have Grain's shapes: no pipeline fingerprint (the checkpoint file holds
+    it), and the only flags are bools (a mix's "stop"), counted as 0 or 1.
     """
     if isinstance(state, dict):
         assert all(isinstance(key, str) for key in state), path
-        if path == "state" and "grain_fingerprint" in state:
-            assert isinstance(state["grain_fingerprint"], str)
-            state = without_fingerprint(state)
-        if "components" in state:
-            assert all(isinstance(text, str) for text in state["components"]), path
-            state = {key: value for key, value in state.items() if key != "components"}
+        assert "grain_fingerprint" not in state, path
         return [leaf for key, value in state.items() for leaf in leaves(value, f"{path}.{key}")]
     if isinstance(state, list):
         return [leaf for i, value in enumerate(state) for leaf in leaves(value, f"{path}[{i}]")]
+    if type(state) is bool:
+        return [(path, int(state))]
     assert type(state) is int, f"{path} is {state!r}, not an int"
     return [(path, state)]
 
@@ -502,30 +498,41 @@ def state_after(build, steps):
     return state
 
 
+RNG = "index_for_rng"
+MIX0 = {"parents": [{"next_index": 0}] * 2, "index": 0, "stop": False}
+
+
 def older_mix(state):
-    return {"position": state["position"], "parents": state["parents"]}
+    """The state of an earlier version, without its fingerprint (components by place)."""
+    return {"position": state["index"], "parents": state["parents"]}
 
 
 BAD_STATES = [
     ("mix state into plain", plain, lambda: state_after(mixed, 3)),
     ("plain state into random_map", random_mapped, lambda: state_after(plain, 3)),
     ("random_map state into mix", mixed, lambda: state_after(random_mapped, 3)),
-    # A mix state of this version names its components, which may change on purpose
-    # (test_fingerprint.py); an older one, without, must have one state per component.
+    # A mix checkpoint names its components in its fingerprint, so they may change on
+    # purpose (test_fingerprint.py); a state without it must have one per component.
+    ("3-way mix state into 2-way mix", mixed, lambda: state_after(mixed_three, 3)),
+    ("2-way mix state into 3-way mix", mixed_three, lambda: state_after(mixed, 3)),
     ("older 3-way mix state into 2-way mix", mixed, lambda: older_mix(state_after(mixed_three, 3))),
     ("older 2-way mix state into 3-way mix", mixed_three, lambda: older_mix(state_after(mixed, 3))),
     ("map_with_index state into mix", mixed, lambda: state_after(indexed, 3)),
     ("longer pipeline's state", plain, lambda: {"next_index": 80}),
     ("missing key", random_mapped, lambda: {"parent": {"next_index": 0}}),
-    ("extra key", random_mapped, lambda: {"index": 0, "parent": {"next_index": 0}, "x": 1}),
-    ("negative count", random_mapped, lambda: {"index": -1, "parent": {"next_index": 0}}),
-    ("float count", random_mapped, lambda: {"index": 1.0, "parent": {"next_index": 1}}),
-    ("negative nested", random_mapped, lambda: {"index": 0, "parent": {"next_index": -2}}),
-    ("nested past the end", random_mapped, lambda: {"index": 0, "parent": {"next_index": 51}}),
-    ("nested non-dict", random_mapped, lambda: {"index": 0, "parent": [0]}),
-    ("mix parents not a list", mixed, lambda: {"position": 0, "parents": {"0": {}, "1": {}}}),
-    ("mix negative position", mixed, lambda: {"position": -1, "parents": [{"next_index": 0}] * 2}),
-    ("mix bad component", mixed, lambda: {"position": 0, "parents": [{"next_index": 0}, {}]}),
+    ("extra key", random_mapped, lambda: {RNG: 0, "parent": {"next_index": 0}, "x": 1}),
+    ("negative count", random_mapped, lambda: {RNG: -1, "parent": {"next_index": 0}}),
+    ("float count", random_mapped, lambda: {RNG: 1.0, "parent": {"next_index": 1}}),
+    ("negative nested", random_mapped, lambda: {RNG: 0, "parent": {"next_index": -2}}),
+    ("nested past the end", random_mapped, lambda: {RNG: 0, "parent": {"next_index": 51}}),
+    ("nested non-dict", random_mapped, lambda: {RNG: 0, "parent": [0]}),
+    ("old and new keys", random_mapped, lambda: {RNG: 0, "index": 0, "parent": {"next_index": 0}}),
+    ("mix parents not a list", mixed, lambda: {**MIX0, "parents": {"0": {}, "1": {}}}),
+    ("mix negative index", mixed, lambda: {**MIX0, "index": -1}),
+    ("mix stop not a bool", mixed, lambda: {**MIX0, "stop": 0}),
+    ("mix bad component", mixed, lambda: {**MIX0, "parents": [{"next_index": 0}, {}]}),
+    ("old mix parents not a list", mixed, lambda: {"position": 0, "parents": {"0": {}, "1": {}}}),
+    ("old mix negative position", mixed, lambda: {"position": -1, "parents": MIX0["parents"]}),
     ("string", plain, lambda: "next_index=3"),
     ("list", mixed, lambda: [0, [{"next_index": 0}] * 2]),
     ("none", indexed, lambda: None),

@@ -1,11 +1,15 @@
-"""States carry their pipeline's fingerprint: a state of another pipeline is refused.
+"""Checkpoints carry their pipeline's fingerprint: a state of another pipeline is refused.
 
-The deliberate changes (map functions, IterDataset.batch sizes, IterDataset.mix
-weights and components, a MapDataset.batch size that divides the position)
-restore at the same element; `force_restore` overrides the check; a state
-without a fingerprint (an older checkpoint) restores with a warning.
+`get_state()` has Grain's shapes (no fingerprint); the checkpoint file holds
+the fingerprint beside the state and hands both to `set_state`
+(`checkpoint_state` below does what reading the file does). The deliberate
+changes (map functions, IterDataset.batch sizes, IterDataset.mix weights and
+components, a MapDataset.batch size that divides the position) restore at the
+same element; `force_restore` overrides the check; a checkpoint file without a
+fingerprint (an older checkpoint) restores with a warning.
 """
 
+import asyncio
 import json
 import logging
 
@@ -20,6 +24,7 @@ from grain_dataset import (
     force_restore,
     without_fingerprint,
 )
+from grain_dataset.extension import state_to_text
 
 KEY = "grain_fingerprint"
 
@@ -31,17 +36,24 @@ def shuffled(seed, n=100, batch=None):
     return ds.to_iter_dataset(ReadOptions(num_threads=0))
 
 
+def checkpoint_state(it):
+    """The state as reading `it`'s checkpoint file hands it to set_state: fingerprint added."""
+    saved = json.loads(state_to_text(it.get_state(), it))
+    return {**saved["state"], KEY: saved[KEY]}
+
+
 def state_after(ds, steps):
     it = iter(ds)
     head = [next(it) for _ in range(steps)]
-    return it.get_state(), head, it
+    return checkpoint_state(it), head, it
 
 
 # -- refusals ------------------------------------------------------------------------------
 
 
 def test_a_state_of_another_shuffle_seed_is_refused_naming_the_shuffle():
-    state, _, _ = state_after(shuffled(1), 10)
+    state, _, it = state_after(shuffled(1), 10)
+    assert it.get_state() == {"next_index": 10}  # Grain's shape, as clients compare it
     assert without_fingerprint(state) == {"next_index": 10}
     with pytest.raises(ValueError, match=r"different pipeline: stage 2 .*'shuffle\(#") as info:
         iter(shuffled(2)).set_state(state)
@@ -224,39 +236,88 @@ def test_a_changed_iter_mix_continues_every_component_where_it_stopped(
         delivered = [x for x in head + rest if start <= x < start + 40]
         # Each component: never an element twice, none skipped (a prefix of its order).
         assert delivered == list(range(start, start + len(delivered)))
-    # The mix goes on from the same position, with the new weights.
-    assert without_fingerprint(it.get_state())["position"] == 9 + len(rest)
+    # The mix goes on from the same position, with the new weights (Grain's "index"
+    # also counts the call that found the end).
+    assert it.get_state()["index"] == 9 + len(rest) + 1
+    assert it.get_state()["stop"] is True
     if 0 not in new_components:
         assert not [x for x in rest if x < 40]
 
 
-def test_an_iter_mix_state_without_component_hashes_restores_by_place():
-    state, head, _ = state_after(_mix([_component(0), _component(1000)], [0.5, 0.5]), 6)
-    older = {"position": state["position"], "parents": state["parents"]}
-    it = iter(_mix([_component(0), _component(1000)], [0.5, 0.5]))
-    with pytest.warns(UnverifiedStateWarning):
-        it.set_state(older)
-    assert head + list(it) == list(iter(_mix([_component(0), _component(1000)], [0.5, 0.5])))
+def test_an_iter_mix_state_set_by_hand_restores_by_place():
+    """A state without the checkpoint's fingerprint (Grain's way) takes components by place."""
+    _, head, it = state_after(_mix([_component(0), _component(1000)], [0.5, 0.5]), 6)
+    state = it.get_state()
+    assert set(state) == {"parents", "index", "stop"}
+    older = {"position": 6, "parents": state["parents"]}  # an earlier version's, no fingerprint
+    reference = list(iter(_mix([_component(0), _component(1000)], [0.5, 0.5])))
+    for saved in (state, older):
+        again = iter(_mix([_component(0), _component(1000)], [0.5, 0.5]))
+        again.set_state(saved)
+        assert head + list(again) == reference
+    swapped = iter(_mix([_component(1000), _component(0)], [0.5, 0.5]))
+    # By place: the first component (now 1000..) takes the first saved state.
+    swapped.set_state({**state, "parents": [{"next_index": 5}, {"next_index": 1}]})
+    rest = list(swapped)
+    assert [x for x in rest if x >= 1000][:2] == [1005, 1006]
+    assert [x for x in rest if x < 1000][:2] == [1, 2]
+    with pytest.raises(ValueError, match="must list 3 parent states"):
+        iter(_mix([_component(0), _component(1), _component(2)], [0.3, 0.3, 0.4])).set_state(state)
+
+
+def test_a_checkpoint_with_a_mix_state_lacking_its_components_is_refused():
+    """Part of the checkpoint's fingerprint, the components' hashes may not go missing."""
+    state, _, _ = state_after(_mix([_component(0), _component(1000)], [0.5, 0.5]), 6)
+    older = {"position": 6, "parents": state["parents"], KEY: "mix"}  # fingerprint, no hashes
+    with pytest.raises(ValueError, match="no 'components' entry"):
+        iter(_mix([_component(0), _component(1000)], [0.5, 0.5])).set_state(older)
+    hashless = {**state, KEY: "mix"}  # a new state under an earlier version's fingerprint
+    with pytest.raises(ValueError, match="without its components' hashes"):
+        iter(_mix([_component(0), _component(1000)], [0.5, 0.5])).set_state(hashless)
 
 
 def test_an_iter_mix_state_with_corrupt_component_hashes_is_refused():
     state, _, _ = state_after(_mix([_component(0), _component(1000)], [0.5, 0.5]), 6)
+    older = {"position": 6, "parents": state["parents"], KEY: "mix"}
     for components in (["a"], "ab", [1, 2]):
         with pytest.raises(ValueError, match="components"):
             iter(_mix([_component(0), _component(1000)], [0.5, 0.5])).set_state(
-                {**state, "components": components}
+                {**older, "components": components}
             )
+    with pytest.raises(ValueError, match="components' hashes"):
+        iter(_mix([_component(0), _component(1000)], [0.5, 0.5])).set_state(
+            {**state, KEY: "mix[ab]"}
+        )
 
 
 # -- older states and forcing --------------------------------------------------------------
 
 
-def test_a_state_without_a_fingerprint_restores_with_a_warning():
-    state, _, _ = state_after(shuffled(1), 10)
+def test_a_state_set_by_hand_is_checked_by_shape_only_and_without_a_warning(recwarn):
+    state, _, it = state_after(shuffled(1), 10)
+    plain = it.get_state()
+    assert plain == without_fingerprint(state) == {"next_index": 10}
+    again = iter(shuffled(1))
+    again.set_state(plain)
+    assert list(again) == list(iter(shuffled(1)))[10:]
+    assert not [w for w in recwarn if issubclass(w.category, UnverifiedStateWarning)]
+
+
+def test_a_checkpoint_file_without_a_fingerprint_restores_with_a_warning(tmp_path):
     it = iter(shuffled(1))
+    for _ in range(10):
+        next(it)
+    asyncio.run(it.save(tmp_path))
+    path = tmp_path / "process_0-of-1.json"
+    saved = json.loads(path.read_text())
+    assert saved[KEY] == "range(0:100:1) > shuffle(#88235af5) > to_iter"
+    assert saved["state"] == {"next_index": 10}
+    del saved[KEY]  # as a file of a version before fingerprints
+    path.write_text(json.dumps(saved))
+    restored = iter(shuffled(1))
     with pytest.warns(UnverifiedStateWarning, match="without a pipeline fingerprint"):
-        it.set_state(without_fingerprint(state))
-    assert list(it) == list(iter(shuffled(1)))[10:]
+        asyncio.run(restored.load(tmp_path))
+    assert list(restored) == list(iter(shuffled(1)))[10:]
 
 
 def test_a_corrupt_state_without_a_fingerprint_raises_before_any_warning(recwarn):

@@ -10,7 +10,6 @@ from grain_dataset import (
     MapTransform,
     ReadOptions,
     assert_equal_output_after_checkpoint,
-    without_fingerprint,
 )
 from grain_dataset._flat_map import FlatMapIterDataset, FlatMapMapDataset
 
@@ -19,6 +18,9 @@ pytestmark = pytest.mark.timeout(60)
 
 def iter_source(n: int):
     return MapDataset.range(n).to_iter_dataset(ReadOptions(num_threads=0))
+
+
+BUFFER = "next_index_in_buffer"
 
 
 class Copies(FlatMapTransform):
@@ -116,20 +118,32 @@ def test_iter_yields_every_output_in_order():
 
 def test_iter_state_is_the_element_and_outputs_returned():
     it = iter(FlatMapIterDataset(iter_source(10), Copies()))
-    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 0}, "emitted": 0}
+    assert it.get_state() == {"parent": {"next_index": 0}, BUFFER: 0}
     assert [next(it) for _ in range(4)] == [1, 2, 2, 3]
     # Inside element 3: one of its three outputs returned.
     state = it.get_state()
-    assert without_fingerprint(state) == {"parent": {"next_index": 3}, "emitted": 1}
+    assert state == {"parent": {"next_index": 3}, BUFFER: 1}
     rest = list(it)
     fresh = iter(FlatMapIterDataset(iter_source(10), Copies()))
     fresh.set_state(state)
     assert list(fresh) == rest == [3, 3, 5, 6, 6, 7, 7, 7, 9]
-    # After an element's last output the state points past it.
+    # After an element's last output the state stays on it until the next element is
+    # read, as in Grain: element 2's two outputs returned.
     it = iter(FlatMapIterDataset(iter_source(10), Copies()))
     for _ in range(3):
         next(it)
-    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 3}, "emitted": 0}
+    state = it.get_state()
+    assert state == {"parent": {"next_index": 2}, BUFFER: 2}
+    fresh = iter(FlatMapIterDataset(iter_source(10), Copies()))
+    fresh.set_state(state)
+    assert next(fresh) == 3
+    # At the end: the parent's state at its end, the last count kept (Grain's values).
+    assert list(it)[-1] == 9
+    assert it.get_state() == {"parent": {"next_index": 10}, BUFFER: 1}
+    # A state of an earlier version ("emitted": always before the element's end).
+    fresh = iter(FlatMapIterDataset(iter_source(10), Copies()))
+    fresh.set_state({"parent": {"next_index": 3}, "emitted": 1})
+    assert list(fresh) == [3, 3, 5, 6, 6, 7, 7, 7, 9]
 
 
 @pytest.mark.parametrize("n", [0, 1, 4, 13])
@@ -163,7 +177,7 @@ def test_iter_transform_error_drops_the_element_and_names_the_stage():
     with pytest.raises(KeyError, match="cannot split 1") as info:
         next(it)
     assert any("FlatMapIterDataset(FailsOn" in note for note in info.value.__notes__)
-    assert without_fingerprint(it.get_state()) == {"parent": {"next_index": 2}, "emitted": 0}
+    assert it.get_state() == {"parent": {"next_index": 2}, BUFFER: 0}
     assert list(it) == [2, -2, 3, -3]
 
 
@@ -248,12 +262,12 @@ def test_bad_parents_and_states():
     with pytest.raises(TypeError, match="`parent` must be an IterDataset"):
         FlatMapIterDataset([1, 2], Copies())
     it = iter(FlatMapIterDataset(iter_source(10), Copies()))
-    with pytest.raises(ValueError, match="must be < max_fan_out"):
-        it.set_state({"parent": {"next_index": 0}, "emitted": 3})
+    with pytest.raises(ValueError, match=r"must be <= max_fan_out \(3\), got 4"):
+        it.set_state({"parent": {"next_index": 0}, BUFFER: 4})
     with pytest.raises(ValueError, match="expected the keys"):
         it.set_state({"next_index": 0})
     # Element 1 has one output: two cannot have been returned.
-    it.set_state({"parent": {"next_index": 1}, "emitted": 2})
+    it.set_state({"parent": {"next_index": 1}, BUFFER: 2})
     with pytest.raises(ValueError, match="says 2 outputs of the current element"):
         next(it)
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions, without_fingerprint
+from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions
 from grain_dataset._conformance import assert_equal_output_after_checkpoint
 from grain_dataset._file_iter import TFRecordIterDataset
 from grain_dataset._interleave import OPEN_THREAD_NAME, InterleaveIterDataset
@@ -197,7 +197,8 @@ def test_tfrecord_files(tmp_path):
     next(it)
     state = it.get_state()
     # The second record of file 0 starts after 16 bytes of framing and the 10-byte first one.
-    assert state["iterators"][0] == {"dataset": 0, "state": {"offset": 16 + 10, "index": 1}}
+    assert state["iterators_in_use_indices"][0] == 0
+    assert state["iterators_in_use_states"][0] == {"offset": 16 + 10, "index": 1}
 
 
 def test_tutorial_hierarchical_shuffle():
@@ -231,20 +232,41 @@ def test_checkpoint_conformance_through_read_ahead_pipelines():
     assert_equal_output_after_checkpoint(ds)
 
 
-def test_state_says_which_dataset_each_slot_reads_and_where():
-    it = iter(InterleaveIterDataset(items_datasets(), cycle_length=3, iter_buffer_size=0))
-    assert without_fingerprint(it.get_state()) == {
-        "next_dataset": 3,
-        "slot": 0,
-        "iterators": [
-            {"dataset": 0, "state": {"next": 0}},
-            {"dataset": 1, "state": {"next": 0}},
-            {"dataset": 2, "state": {"next": 0}},
-        ],
+def grain_state(turn, next_dataset, indices, states, exhausted):
+    return {
+        "next_index_in_cycle": turn,
+        "next_index_in_datasets": next_dataset,
+        "iterators_in_use_indices": indices,
+        "iterators_in_use_states": states,
+        "exhausted": exhausted,
+        "future_states": {},
     }
-    # Dataset 1 was empty: 3 took its slot, to be read on that slot's next turn.
+
+
+def test_state_says_which_dataset_each_slot_reads_and_where():
+    """Grain's shape and values (checked against Grain 0.2.18 on random lengths)."""
+    ds = InterleaveIterDataset(items_datasets(), cycle_length=3, iter_buffer_size=0)
+    it = iter(ds)
+    assert it.get_state() == grain_state(0, 3, [0, 1, 2], [{"next": 0}] * 3, [0, 0, 0])
+    # Dataset 1 was empty: as in Grain, its slot shows it exhausted until the slot's next
+    # turn opens dataset 3 (this iterator opened it already, to read ahead).
     assert [next(it) for _ in range(2)] == [0, 200]
-    assert without_fingerprint(it.get_state()) == {
+    state = it.get_state()
+    assert state == grain_state(0, 3, [0, 1, 2], [{"next": 1}, {"next": 0}, {"next": 1}], [0, 1, 0])
+    assert json.loads(json.dumps(state)) == state
+    next(it)
+    assert it.get_state()["iterators_in_use_indices"] == [0, 1, 2]  # slot 1's turn is next
+    next(it)
+    assert it.get_state()["iterators_in_use_indices"] == [0, 3, 2]
+    assert it.get_state()["next_index_in_datasets"] == 4
+    fresh = iter(ds)
+    fresh.set_state(state)  # a pending refill restores: dataset 3 opens on slot 1's turn
+    assert list(fresh) == reference(CONTENTS, 3)[2:]
+
+
+def test_a_state_of_an_earlier_version_restores():
+    ds = InterleaveIterDataset(items_datasets(), cycle_length=3, iter_buffer_size=0)
+    older = {
         "next_dataset": 4,
         "slot": 0,
         "iterators": [
@@ -253,21 +275,18 @@ def test_state_says_which_dataset_each_slot_reads_and_where():
             {"dataset": 2, "state": {"next": 1}},
         ],
     }
-    assert json.loads(json.dumps(it.get_state())) == it.get_state()
+    it = iter(ds)
+    it.set_state(older)
+    assert list(it) == reference(CONTENTS, 3)[2:]
 
 
-def test_slots_without_a_dataset_are_none_and_exhausted_ones_keep_their_last_state():
+def test_only_slots_with_a_dataset_are_listed_and_exhausted_ones_keep_their_last_state():
     it = iter(InterleaveIterDataset([[1], [2, 3]], cycle_length=3))
     assert list(it) == [1, 2, 3]
-    assert without_fingerprint(it.get_state()) == {
-        "next_dataset": 2,
-        "slot": 2,
-        "iterators": [
-            {"dataset": 0, "state": {"index": 1}},
-            {"dataset": 1, "state": {"index": 2}},
-            None,
-        ],
-    }
+    assert it.get_state() == grain_state(0, 2, [0, 1], [{"index": 1}, {"index": 2}], [1, 1])
+    again = iter(InterleaveIterDataset([[1], [2, 3]], cycle_length=3))
+    again.set_state(it.get_state())
+    assert list(again) == []
 
 
 @pytest.mark.parametrize(
@@ -301,13 +320,36 @@ def test_set_state_rejects_states_of_another_shape(state, match):
         it.set_state(state)
 
 
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"future_states": None}, "future_states"),
+        ({"future_states": {"x": {}}}, "future_states"),
+        ({"future_states": {"1": {}}}, "future_states"),
+        ({"next_index_in_cycle": 3}, "not below the 3 slots"),
+        ({"next_index_in_datasets": 8}, "past the 7 datasets"),
+        ({"next_index_in_datasets": 2}, "below next_index_in_datasets=2"),
+        ({"exhausted": [0, 2, 0]}, "0 or 1"),
+        ({"exhausted": [0, 0]}, "one entry per slot in use"),
+        ({"iterators_in_use_indices": [0, 0, 2]}, "distinct"),
+        ({"x": 1}, "unexpected"),
+    ],
+)
+def test_set_state_rejects_grain_shaped_states_that_do_not_fit(change, match):
+    """(Datasets Grain opened ahead, future_states, are not positions: read from their start.)"""
+    it = iter(InterleaveIterDataset(items_datasets(), cycle_length=3))
+    state = {**it.get_state(), **change}
+    with pytest.raises((ValueError, TypeError), match=match):
+        it.set_state(state)
+
+
 @pytest.mark.parametrize("threads", [0, 2])
 def test_a_state_its_datasets_reject_leaves_the_iterator_where_it_was(threads):
     ds = InterleaveIterDataset(items_datasets(), cycle_length=3, num_make_iter_threads=threads)
     it = iter(ds)
     head = [next(it) for _ in range(4)]
     state = it.get_state()
-    state["iterators"][1]["state"] = {"position": 1}
+    state["iterators_in_use_states"][1] = {"position": 1}
     with pytest.raises(ValueError, match="Items") as info:
         it.set_state(state)
     assert any("dataset 3" in note for note in info.value.__notes__)
@@ -556,3 +598,12 @@ def test_restoring_random_earlier_states_continues_the_reference_order(seed):
 
 def it_dataset(cycle_length, config):
     return InterleaveIterDataset(items_datasets(), cycle_length=cycle_length, **config)
+
+
+def test_a_grain_state_with_datasets_opened_ahead_restores():
+    ds = InterleaveIterDataset(items_datasets(), cycle_length=3, iter_buffer_size=0)
+    it = iter(ds)
+    state = it.get_state()
+    state["future_states"] = {"3": {"next": 0}, "4": {"next": 0}}
+    it.set_state(state)
+    assert list(it) == reference(CONTENTS, 3)

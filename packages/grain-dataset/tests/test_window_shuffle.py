@@ -16,7 +16,6 @@ from grain_dataset import (
     MapDataset,
     ReadOptions,
     assert_equal_output_after_checkpoint,
-    without_fingerprint,
 )
 from grain_dataset._window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
 
@@ -202,7 +201,11 @@ def test_iter_state_restores_into_a_fresh_iterator_mid_window():
     it = iter(ds)
     head = [next(it) for _ in range(15)]
     state = it.get_state()
-    assert without_fingerprint(state) == {"parent": {"next_index": 10}, "window": 1, "emitted": 5}
+    assert state == {
+        "parent_window_start_state": {"next_index": 10},
+        "window_index": 1,
+        "pos_in_window": 5,
+    }
     rest = list(it)
     fresh = iter(ds)
     fresh.set_state(state)
@@ -210,23 +213,45 @@ def test_iter_state_restores_into_a_fresh_iterator_mid_window():
     assert sorted(head + rest) == list(range(40))
 
 
-def test_iter_state_points_at_the_next_window_after_a_window_ends():
-    it = iter(WindowShuffleIterDataset(iter_source(25), window_size=10, seed=7))
-    assert without_fingerprint(it.get_state()) == {
-        "parent": {"next_index": 0},
-        "window": 0,
-        "emitted": 0,
+def state(start, window, pos):
+    return {
+        "parent_window_start_state": {"next_index": start},
+        "window_index": window,
+        "pos_in_window": pos,
     }
-    for _ in range(10):
-        next(it)
-    assert without_fingerprint(it.get_state()) == {
-        "parent": {"next_index": 10},
-        "window": 1,
-        "emitted": 0,
-    }
-    assert len(list(it)) == 15
+
+
+def test_iter_state_names_the_next_window_after_a_window_ends():
+    """Grain's values (probed from Grain 0.2.18): a used-up window is left on the next read."""
+    ds = WindowShuffleIterDataset(iter_source(25), window_size=10, seed=7)
+    it = iter(ds)
+    assert it.get_state() == state(0, 0, 0)
+    head = [next(it) for _ in range(10)]
+    used_up = it.get_state()
+    assert used_up == state(0, 1, 10)
+    next(it)
+    assert it.get_state() == state(10, 1, 1)
+    rest = list(it)
+    assert len(rest) == 14
+    # The last window (5 elements) met the parent's end: the state stays on it.
+    assert it.get_state() == state(20, 3, 5)
     with pytest.raises(StopIteration):
         next(it)
+    fresh = iter(ds)
+    fresh.set_state(used_up)
+    reference = list(iter(ds))
+    assert reference[:10] == head
+    assert list(fresh) == reference[10:]
+    # A state of an earlier version: the used-up window already left.
+    older = iter(ds)
+    older.set_state({"parent": {"next_index": 10}, "window": 1, "emitted": 0})
+    assert list(older) == reference[10:]
+
+
+def test_iter_state_after_a_full_last_window_moves_to_the_parents_end():
+    it = iter(WindowShuffleIterDataset(iter_source(20), window_size=10, seed=7))
+    assert len(list(it)) == 20
+    assert it.get_state() == state(20, 2, 0)  # as Grain: the end was found reading window 2
 
 
 @pytest.mark.parametrize(("n", "window_size"), [(23, 5), (20, 5), (9, 1), (6, 10), (0, 4)])
@@ -261,14 +286,16 @@ def test_iter_parent_error_mid_window_keeps_the_elements_already_read():
 def test_iter_bad_states():
     ds = WindowShuffleIterDataset(iter_source(25), window_size=10, seed=0)
     it = iter(ds)
-    with pytest.raises(ValueError, match="must be < window_size"):
-        it.set_state({"parent": {"next_index": 0}, "window": 0, "emitted": 10})
+    with pytest.raises(ValueError, match=r"must be <= window_size \(10\), got 11"):
+        it.set_state(state(0, 1, 11))
+    with pytest.raises(ValueError, match="window 0 is used up"):
+        it.set_state(state(0, 0, 10))
     with pytest.raises(ValueError, match="expected the keys"):
-        it.set_state({"parent": {"next_index": 0}, "window": 0})
+        it.set_state({"parent_window_start_state": {"next_index": 0}, "window_index": 0})
     with pytest.raises(ValueError, match="must be an integer >= 0"):
-        it.set_state({"parent": {"next_index": 0}, "window": -1, "emitted": 0})
+        it.set_state(state(0, -1, 0))
     # The last window holds 5 elements: 7 of them cannot have been returned.
-    it.set_state({"parent": {"next_index": 20}, "window": 2, "emitted": 7})
+    it.set_state(state(20, 2, 7))
     with pytest.raises(ValueError, match="says 7 elements of window 2 were returned"):
         next(it)
 

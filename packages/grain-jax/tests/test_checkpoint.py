@@ -72,10 +72,11 @@ def test_tutorial_flow_save_at_step_k_and_continue_exactly(tmp_path):
     assert take(fresh, 7) == uninterrupted[5:]
     assert "4/default/process_0-of-1.json" in files(tmp_path / "ckpt")
     saved = json.loads((tmp_path / "ckpt/4/default/process_0-of-1.json").read_text())
-    # The whole state (the next batch to read), under the marker of our format.
-    assert set(saved) == {"grain_py_state_format", "state"}
-    assert without_fingerprint(saved["state"]) == {"next_index": 5}
-    assert saved["state"]["grain_fingerprint"].endswith("to_iter")
+    # The whole state (the next batch to read, in Grain's shape), under the marker of our
+    # format, with the pipeline's fingerprint beside it.
+    assert set(saved) == {"grain_py_state_format", "state", "grain_fingerprint"}
+    assert saved["state"] == {"next_index": 5}
+    assert saved["grain_fingerprint"].endswith("to_iter")
 
 
 def test_async_save_captures_the_state_at_save_time(tmp_path):
@@ -273,3 +274,40 @@ def test_orbax_v1_checkpointables_use_save_and_load(tmp_path):
     ocp_v1.load_checkpointables(tmp_path / "v1", {"dataset": fresh})
     assert take(fresh, 2) == expected
     assert "dataset/process_0-of-1.json" in files(tmp_path / "v1")
+
+
+def test_a_checkpoint_of_the_same_shape_but_another_seed_is_refused(tmp_path):
+    """The state alone ({"next_index": k}, Grain's shape) fits both; the file's fingerprint
+    tells the pipelines apart."""
+
+    def seeded(seed):
+        return MapDataset.range(60).shuffle(seed=seed).batch(4).to_iter_dataset()
+
+    it = iter(seeded(7))
+    take(it, 3)
+    with manager(tmp_path) as mngr:
+        mngr.save(3, args=CheckpointSave(it))
+        mngr.wait_until_finished()
+        other = iter(seeded(8))
+        with pytest.raises(ValueError, match=r"different pipeline: stage 2 .*shuffle") as info:
+            mngr.restore(3, args=CheckpointRestore(other))
+        assert "process_0-of-1.json" in str(info.value)
+        same = mngr.restore(3, args=CheckpointRestore(iter(seeded(7))))
+    assert it.get_state() == same.get_state() == {"next_index": 3}
+    assert take(same, 2) == take(it, 2)
+
+
+def test_a_bare_grain_state_restores_where_the_order_is_grains_and_is_refused_elsewhere(
+    tmp_path,
+):
+    """Google's Grain writes the bare state, without our marker: it means the same element
+    here when no stage orders differently (no shuffle, seed or mixture)."""
+    directory = tmp_path / "grain"
+    directory.mkdir()
+    (directory / "process_0-of-1.json").write_text(json.dumps({"next_index": 4}))
+    plain = iter(MapDataset.range(20).map(lambda x: x * 2).batch(2).to_iter_dataset())
+    CheckpointHandler().restore(directory, args=CheckpointRestore(plain))
+    assert take(plain, 2) == [[16, 18], [20, 22]]
+    shuffled = iter(MapDataset.range(20).shuffle(seed=1).to_iter_dataset())
+    with pytest.raises(ValueError, match="different element order in Grain"):
+        CheckpointHandler().restore(directory, args=CheckpointRestore(shuffled))

@@ -1,5 +1,6 @@
 """IterDataset.mp_prefetch: worker processes, deterministic round robin, exact state, failures."""
 
+import asyncio
 import functools
 import json
 import multiprocessing
@@ -110,7 +111,7 @@ def test_checkpoint_restores_exactly_at_every_step():
     assert _no_children_left()
 
 
-def test_a_state_of_another_seed_is_refused_and_worker_states_carry_no_fingerprint():
+def test_a_checkpoint_of_another_seed_is_refused_and_states_carry_no_fingerprint(tmp_path):
     def pipeline(seed):
         ds = MapDataset.range(30).seed(seed).shuffle().to_iter_dataset()
         return ds.mp_prefetch(_options(2))
@@ -119,15 +120,17 @@ def test_a_state_of_another_seed_is_refused_and_worker_states_carry_no_fingerpri
     for _ in range(5):
         next(it)
     state = it.get_state()
+    asyncio.run(it.save(tmp_path))
     it.close()
-    # One fingerprint, the mp_prefetch iterator's; the workers' states are positions.
-    assert json.dumps(state).count("grain_fingerprint") == 1
-    assert state["grain_fingerprint"].endswith("to_iter > round_robin")
+    # The positions alone; the checkpoint file holds the mp_prefetch iterator's fingerprint.
+    assert state == {"next_index": 5}
+    saved = json.loads((tmp_path / "process_0-of-1.json").read_text())
+    assert saved["grain_fingerprint"].endswith("to_iter > round_robin")
     other = iter(pipeline(2))
     with pytest.raises(ValueError, match=r"different pipeline: stage 2 .*shuffle"):
-        other.set_state(state)
+        asyncio.run(other.load(tmp_path))
     same = iter(pipeline(1))
-    same.set_state(state)
+    asyncio.run(same.load(tmp_path))
     assert list(same) == list(iter(pipeline(1)))[5:]
     other.close()
     assert _no_children_left()

@@ -576,7 +576,7 @@ def _remembering(own: Callable[[Any], Any]) -> Callable[[Any], Any]:
     def iter_(self: Any) -> Any:
         iterator = own(self)
         if isinstance(iterator, DatasetIterator):
-            _fingerprint.remember_dataset(iterator, self)
+            _fingerprint.remember_dataset(iterator, self, stamp=False)
         return iterator
 
     iter_.__name__ = own.__name__

@@ -2,26 +2,37 @@
 
 A state is a few integer positions; the same ``{"next_index": 10}`` means a
 different element in a pipeline with another shuffle seed, another source
-length or one stage more or less. So the iterator its user holds (the
-outermost, see `_guard`) adds to every dict state it returns
+length or one stage more or less. The fingerprint says which pipeline a state
+belongs to:
 
-    "grain_fingerprint": "range(0:100:1) > shuffle(#1a2b3c4d) > batch(32,False) > to_iter"
+    "range(0:100:1) > shuffle(#1a2b3c4d) > batch(32,False) > to_iter"
 
-and checks it in `set_state`: a state of another pipeline raises a ValueError
-naming the first stage that differs. The fingerprint lists, source first (in
-postfix order: a stage with k >= 2 parents follows them and says ``/k``), only
-the stages that decide which element a position denotes, with the parameters
-that do: source lengths, seeds of shuffles, slices, repeats, MapDataset batch
-sizes, mixture weights, packing lengths. Stages that change elements but not
-positions (map, random_map, filter, IterDataset.batch, rebatch, prefetching,
-options) leave no trace, so changing a map function, or the batch size of an
-IterDataset.batch, resumes at the same element by design.
+Where it travels. `get_state()` returns the stages' positions alone, in
+Grain's shapes (``{"next_index": 10}``), so that code written against Grain
+that reads or compares states works unchanged. The fingerprint goes into the
+checkpoint *file* instead: the envelope of `grain_dataset._state_file` (which
+`iterator.save` and grain-jax's Orbax handler write) holds it beside the state,
+and reading the file hands it to `set_state`, which compares it and raises a
+ValueError naming the first stage that differs. A state passed to `set_state`
+by hand is checked by its shape only (every stage checks its own keys), as in
+Grain. States of earlier versions carry the fingerprint in the dict under
+"grain_fingerprint": it is checked the same way and removed.
+
+The fingerprint lists, source first (in postfix order: a stage with k >= 2
+parents follows them and says ``/k``), only the stages that decide which
+element a position denotes, with the parameters that do: source lengths,
+seeds of shuffles, slices, repeats, MapDataset batch sizes, mixture weights,
+packing lengths. Stages that change elements but not positions (map,
+random_map, filter, IterDataset.batch, rebatch, prefetching, options) leave no
+trace, so changing a map function, or the batch size of an IterDataset.batch,
+resumes at the same element by design.
 
 Deliberate changes this module handles (docs/checkpointing.md):
-  * `IterDataset.mix`: its token stands for the whole mixture and its own state
-    lists a hash of each component (`component_hash`), so the mix matches old
-    component states to new components itself (new weights, components added,
-    removed or reordered).
+  * `IterDataset.mix`: its token ``mix[h0:h1:...]`` stands for the whole
+    mixture and lists a hash of each component (`component_hash`); two mix
+    tokens always match, and the hashes saved in the checkpoint reach the mix's
+    `set_state` (`saved_components`), which matches old component states to
+    new components (new weights, components added, removed or reordered).
   * A MapDataset.batch directly under `to_iter_dataset` with a new batch size:
     the position is converted to the same element when the new size divides it
     (`_convert_batch`).
@@ -33,15 +44,19 @@ Deliberate changes this module handles (docs/checkpointing.md):
 Anything else, or `force_restore(iterator)`, is the user's call.
 
 A fingerprint longer than `_MAX_TEXT` characters is stored as one 8-hex-digit
-hash per stage: still one token per stage, so a mismatch still names the stage
-of this pipeline that differs.
+hash per stage (mix tokens excepted: their component hashes are needed): still
+one token per stage, so a mismatch still names the stage of this pipeline that
+differs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import logging
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 KEY = "grain_fingerprint"
@@ -49,6 +64,10 @@ _SEPARATOR = " > "
 _MAX_TEXT = 512
 _FORCED = "_grain_force_restore"  # in an iterator's __dict__: skip the next check
 _DATASET = "_grain_dataset"  # in an iterator's __dict__: the dataset iter() was called on
+# In an iterator's __dict__: its get_state() adds the fingerprint to dict states (iterators
+# of other packages that asked for it with `remember_dataset`; iter(dataset) does not).
+_STAMPS = "_grain_stamps_states"
+_MIX = "mix"
 # In a dataset's __dict__ (datasets are immutable): its tokens and its fingerprint text.
 _CACHE = "_grain_fingerprint_tokens"
 _TEXT = "_grain_fingerprint_text"
@@ -140,7 +159,7 @@ def fingerprint(dataset: Any) -> str:
         parts = tokens(dataset)
         text = _SEPARATOR.join(parts)
         if len(text) > _MAX_TEXT:
-            text = _SEPARATOR.join("#" + _hash(part) for part in parts)
+            text = _SEPARATOR.join(part if _is_mix(part) else "#" + _hash(part) for part in parts)
         dataset.__dict__[_TEXT] = text
     return text
 
@@ -150,9 +169,29 @@ def component_hash(dataset: Any) -> str:
     return _hash(_SEPARATOR.join(tokens(dataset)))
 
 
-def remember_dataset(iterator: Any, dataset: Any) -> None:
-    """Records the dataset `iterator` reads, for the outermost iterator's fingerprint."""
+def remember_dataset(iterator: Any, dataset: Any, *, stamp: bool = True) -> None:
+    """Records the dataset `iterator` reads, for the fingerprint of its checkpoints.
+
+    With `stamp` (the default, for iterators of other packages that keep the
+    fingerprint in their own state, like ElasticIterator's), `get_state()`
+    also adds it to dict states under "grain_fingerprint". ``iter(dataset)``
+    passes False: its states have Grain's shapes, and the fingerprint travels
+    in the checkpoint file (the module docstring).
+    """
     iterator.__dict__[_DATASET] = dataset
+    if stamp:
+        iterator.__dict__[_STAMPS] = True
+    else:
+        iterator.__dict__.pop(_STAMPS, None)
+
+
+def of_iterator(iterator: Any) -> str | None:
+    """The fingerprint of the pipeline `iterator` reads, None if it does not know its dataset.
+
+    For the checkpoint file's envelope (`grain_dataset._state_file`).
+    """
+    dataset = getattr(iterator, "__dict__", {}).get(_DATASET)
+    return None if dataset is None else fingerprint(dataset)
 
 
 def unstamped(iterator: Any) -> Any:
@@ -164,14 +203,17 @@ def unstamped(iterator: Any) -> Any:
     fingerprint covers them.
     """
     iterator.__dict__.pop(_DATASET, None)
+    iterator.__dict__.pop(_STAMPS, None)
     return iterator
 
 
 def without_fingerprint(state: Any) -> Any:
-    """`state` without its pipeline fingerprint: the stages' positions alone.
+    """`state` without a pipeline fingerprint: the stages' positions alone.
 
-    For looking at or comparing positions; restoring such a state skips the
-    pipeline check (with an `UnverifiedStateWarning`).
+    `get_state()` of an ``iter(dataset)`` iterator returns no fingerprint; states
+    of earlier versions of this library carried one under "grain_fingerprint".
+    For looking at or comparing positions; restoring such a state checks its
+    shape only.
     """
     if type(state) is dict and KEY in state:
         return {key: value for key, value in state.items() if key != KEY}
@@ -203,54 +245,119 @@ def stamp(iterator: Any, state: Any) -> Any:
     dataset = iterator.__dict__.get(_DATASET)
     if dataset is None or type(state) is not dict or KEY in state:
         return state
+    if not iterator.__dict__.get(_STAMPS):
+        return state
     stamped = dict(state)
     stamped[KEY] = fingerprint(dataset)
     return stamped
 
 
-def verify(iterator: Any, state: Any) -> tuple[Any, bool]:
-    """(`state` as `iterator`'s stages take it, whether to warn that it was unverified).
+Mixes = dict[int, "list[str] | None"]
+# While a checked state is being restored: for each IterDataset.mix listed in the
+# fingerprint (by id of the mix dataset), the component hashes the checkpoint saved
+# (None: a fingerprint of an earlier version, whose mix token has none).
+_MIXES: contextvars.ContextVar[Mixes | None] = contextvars.ContextVar("grain_mixes", default=None)
+
+
+def mix_token(hashes: list[str]) -> str:
+    """The fingerprint token of an IterDataset.mix of components with these hashes."""
+    return f"{_MIX}[{':'.join(hashes)}]"
+
+
+def _is_mix(text: str) -> bool:
+    return text == _MIX or text.startswith(_MIX + "[") or text == "#" + _hash(_MIX)
+
+
+def _mix_hashes(text: str) -> list[str] | None:
+    if not (text.startswith(_MIX + "[") and text.endswith("]")):
+        return None
+    inner = text[len(_MIX) + 1 : -1]
+    return inner.split(":") if inner else []
+
+
+@contextlib.contextmanager
+def restoring(mixes: Mixes | None) -> Iterator[None]:
+    """Makes `mixes` (from `verify`) visible to the mixes' set_state while it runs."""
+    token = _MIXES.set(mixes)
+    try:
+        yield
+    finally:
+        _MIXES.reset(token)
+
+
+def saved_components(dataset: Any) -> tuple[bool, list[str] | None]:
+    """(whether a checked fingerprint covers this mix, the component hashes it saved).
+
+    (False, None) when the state being restored came without a fingerprint (a
+    state passed to set_state by hand, as with Grain), or the mix is inside a
+    component of another mix (that component's hash covers it).
+    """
+    mixes = _MIXES.get()
+    if mixes is None or id(dataset) not in mixes:
+        return False, None
+    return True, mixes[id(dataset)]
+
+
+def _saved_mixes(saved_tokens: list[str], current: list[tuple[str, Any]]) -> Mixes:
+    """For each mix of this pipeline, the hashes of the mix at its place in the checkpoint."""
+    stages = [stage for text, stage in current if _is_mix(text)]
+    saved = [text for text in saved_tokens if _is_mix(text)]
+    if len(stages) != len(saved):
+        return {}
+    return {id(stage): _mix_hashes(text) for stage, text in zip(stages, saved, strict=True)}
+
+
+def verify(iterator: Any, state: Any) -> tuple[Any, bool, Mixes | None]:
+    """(`state` as `iterator`'s stages take it, whether to warn, the saved mixes).
+
+    A dict `state` may carry the fingerprint under `KEY` (the checkpoint file
+    puts it there, from its envelope; earlier versions' states hold it
+    themselves); without it, only the stages' shape checks apply, and only an
+    iterator that stamps its states (`remember_dataset`) warns that it was
+    unverified. The saved mixes go to `restoring`.
 
     Raises:
       ValueError: the state's fingerprint is not this pipeline's.
     """
     if type(state) is not dict:
-        return state, False
+        return state, False, None
     dataset = iterator.__dict__.get(_DATASET)
     forced = iterator.__dict__.pop(_FORCED, False)
     if KEY not in state:
-        return state, dataset is not None and not forced
+        stamps = bool(iterator.__dict__.get(_STAMPS))
+        return state, dataset is not None and stamps and not forced, None
     saved = state[KEY]
     state = {key: value for key, value in state.items() if key != KEY}
     if dataset is None:
-        return state, False
+        return state, False, None
     if not isinstance(saved, str):
         raise ValueError(
             f"state[{KEY!r}] must be the string get_state() wrote, got {saved!r}; the state "
             "is corrupt."
         )
-    if saved == fingerprint(dataset):  # the common case, from the cached tokens
-        return state, False
     current = _tokens_and_stages(dataset)
     saved_tokens = saved.split(_SEPARATOR)
+    mixes = _saved_mixes(saved_tokens, current)
+    if saved == fingerprint(dataset):  # the common case, from the cached tokens
+        return state, False, mixes
     current_tokens = [text for text, _ in current]
     difference = _first_difference(saved_tokens, current_tokens)
     if difference is None or _same_without_prefetching(saved_tokens, current_tokens):
-        return state, False
+        return state, False, mixes
     if forced:
         logger.warning("restoring a state of a different pipeline (forced): %s", difference)
-        return state, False
+        return state, False, mixes
     converted = _convert_batch(saved_tokens, current, state)
     if converted is not None:
-        return converted, False
+        return converted, False, mixes
     raise ValueError(
         f"this state was saved from a different pipeline: {difference}. Its positions would "
         "denote other elements here, so it would silently continue somewhere else. Restore it "
         "into the pipeline it was saved from (same sources, seeds, shuffles, slices and "
         "MapDataset batch sizes); changing map functions, IterDataset.batch sizes and "
         "IterDataset.mix weights or components is allowed (see docs/checkpointing.md). If you "
-        "changed the pipeline on purpose, restore with "
-        "grain.experimental.force_restore(iterator).set_state(state)."
+        "changed the pipeline on purpose, restore into "
+        "grain.experimental.force_restore(iterator), which skips this check once."
     )
 
 
@@ -265,6 +372,8 @@ def warn_unverified(iterator: Any) -> None:
 
 
 def _matches(saved: str, current: str) -> bool:
+    if _is_mix(saved) and _is_mix(current):
+        return True  # the mix matches its components itself (`saved_components`)
     return saved == current or saved == "#" + _hash(current)
 
 

@@ -42,9 +42,9 @@ from grain_dataset._base import (
 )
 from grain_dataset._errors import note_stage
 from grain_dataset._fingerprint import token
-from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, check_below, iterator_of
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, iterator_of
 from grain_dataset._stage import MapStage, is_infinite
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 from grain_dataset._transforms import FlatMapTransform
 
 
@@ -184,13 +184,28 @@ class FlatMapIterDataset(IterStage):
         return f"{_transforms.describe(mapper.transform)}, max_fan_out={mapper.max_fan_out}"
 
 
+_BUFFER = "next_index_in_buffer"
+
+
 @iterator_of(FlatMapIterDataset)
 class _FlatMapIterator(StageIterator):
+    """State, Grain's: ``{"parent": ..., "next_index_in_buffer": n}``.
+
+    "parent" is the parent's state before the element last read (or tried: at
+    the end it is the parent's state at the end, with the previous count), n
+    the outputs of that element returned so far; an element used up is left
+    only when the next one is read, so n may equal its number of outputs.
+    Earlier versions of this library wrote ``"emitted"`` for n; such states
+    restore as well.
+    """
+
     def __init__(self, dataset: FlatMapIterDataset, parent: DatasetIterator[Any]):
         super().__init__(dataset, parent)
         self._anchor = Anchor(parent)  # before the element being split
         self._outputs: list[Any] | None = None
         self._emitted = 0
+        # The element of `_emitted` was used up: the next element read starts at 0.
+        self._used_up = False
 
     def _split_next(self) -> list[Any]:
         """Reads and splits the element at the anchor; errors leave the state past it."""
@@ -202,9 +217,11 @@ class _FlatMapIterator(StageIterator):
             # The failing element is dropped, as a failing map drops it: the
             # state moves past it so that the next call goes on after it.
             self._anchor.move()
-            self._emitted = 0
+            self._emitted, self._used_up = 0, False
             raise
-        if self._emitted and self._emitted >= len(outputs):
+        if self._used_up:
+            self._emitted, self._used_up = 0, False
+        elif self._emitted > len(outputs):
             raise ValueError(
                 f"the restored state of {self._dataset!r} says {self._emitted} outputs of "
                 f"the current element were returned, but it has {len(outputs)}: the state is "
@@ -212,33 +229,34 @@ class _FlatMapIterator(StageIterator):
             )
         return outputs
 
-    def _advance(self) -> None:
-        """The current element is used up: the state now points past it."""
-        self._anchor.move()
-        self._outputs = None
-        self._emitted = 0
-
     def __next__(self) -> Any:
         while True:
             outputs = self._outputs
             if outputs is None:
                 outputs = self._outputs = self._split_next()
-            if not outputs:  # an element with no outputs: on to the next one
-                self._advance()
-                continue
-            value = outputs[self._emitted]
-            self._emitted += 1
-            if self._emitted == len(outputs):
-                self._advance()
-            return value
+            if self._emitted < len(outputs):
+                value = outputs[self._emitted]
+                self._emitted += 1
+                return value
+            # Used up: on to the next element, from the parent's state before it.
+            self._anchor.move()
+            self._outputs = None
+            self._used_up = True
 
     def get_state(self) -> dict[str, Any]:
-        return {"parent": self._anchor.saved(), "emitted": self._emitted}
+        return {"parent": self._anchor.saved(), _BUFFER: self._emitted}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("parent", "emitted"))
+        state = renamed_keys(state, {"emitted": _BUFFER})
+        check_state(state, repr(self._dataset), ("parent", _BUFFER))
         max_fan_out = self._dataset._mapper.max_fan_out
-        emitted = check_below(state, "emitted", max_fan_out, self._dataset, "max_fan_out")
+        emitted = state[_BUFFER]
+        if emitted > max_fan_out:
+            raise ValueError(
+                f"state[{_BUFFER!r}] of {self._dataset!r} must be <= max_fan_out "
+                f"({max_fan_out}), got {emitted}; the state is from a pipeline with another "
+                "max_fan_out."
+            )
         self._anchor.restore(state["parent"])
-        self._emitted = emitted
+        self._emitted, self._used_up = emitted, False
         self._outputs = None  # the element is read and split again by the next call

@@ -16,8 +16,8 @@ How, with the class the user's code made: `DatasetIterator.__init_subclass__`
 gives every iterator class, once, an *entry* in front of each of the four
 methods (`hook_methods`). The entry looks at one attribute of the instance and,
 for the iterators inside a pipeline, calls the class's own method at once; the
-outermost one's entry takes the lock, and `get_state` and `set_state` stamp and
-check the pipeline fingerprint (`grain_dataset._fingerprint`). `guard` turns
+outermost one's entry takes the lock, and `set_state` checks the pipeline
+fingerprint a state file handed it (`grain_dataset._fingerprint`). `guard` turns
 this on for a new iterator; when another iterator adopts it as a parent it is
 turned off (`unguard`), since only its child calls it then, from one thread at
 a time. Statistics hook `__next__` the same way (`set_timer`), and a closed
@@ -262,7 +262,7 @@ def _closing(close: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _stamping(get_state: Callable[..., Any]) -> Callable[..., Any]:
-    # The user's iterator adds its pipeline's fingerprint (see grain_dataset._fingerprint).
+    # Iterators that asked for it add their pipeline's fingerprint (grain_dataset._fingerprint).
     @functools.wraps(get_state)
     def get_state_(self: Any) -> Any:
         return _fingerprint.stamp(self, get_state(self))
@@ -273,8 +273,9 @@ def _stamping(get_state: Callable[..., Any]) -> Callable[..., Any]:
 def _verifying(set_state: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(set_state)
     def set_state_(self: Any, state: Any) -> Any:
-        state, unverified = _fingerprint.verify(self, state)
-        result = set_state(self, state)
+        state, unverified, mixes = _fingerprint.verify(self, state)
+        with _fingerprint.restoring(mixes):
+            result = set_state(self, state)
         if unverified:  # after the stages' own checks: a corrupt state raises, not warns
             _fingerprint.warn_unverified(self)
         return result

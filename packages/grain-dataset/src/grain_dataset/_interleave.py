@@ -26,12 +26,23 @@ with reading the others. Each open iterator is read ahead by a
 ThreadPrefetchDatasetIterator of `iter_buffer_size` elements (0: read in the
 caller's thread), so up to cycle_length + num_make_iter_threads threads run.
 
-State: ``{"next_dataset": k, "slot": s, "iterators": [entry per slot]}`` where
-k is the index of the next dataset to open, s the slot whose turn it is, and
-an entry is ``{"dataset": i, "state": iterator i's get_state()}``, or None for
-a slot that never held a dataset. An exhausted iterator keeps its slot (and
-its final state) once nothing is left to open, so states keep one shape for
-the whole run. `get_state` waits for the datasets in the slots to be opened
+State, Grain's::
+
+    {"next_index_in_cycle": c, "next_index_in_datasets": k,
+     "iterators_in_use_indices": [i, ...], "iterators_in_use_states": [state, ...],
+     "exhausted": [0 or 1, ...], "future_states": {}}
+
+with one entry per slot that holds a dataset (min(cycle_length, number of
+datasets) of them): c is the slot whose turn it is, k the next dataset to
+open, and an exhausted slot keeps its dataset's index and final state. Grain
+marks a slot exhausted when its iterator ends and opens the next dataset for
+it on the slot's next turn; this iterator opens it at once (so that threads
+can open it ahead) and remembers the dataset it replaced (`_Slot.previous`)
+until the new one gives its first element, so its states are Grain's at every
+point and a Grain state restores here (its future_states, datasets Grain opened
+ahead, are not positions and are ignored). States of earlier versions of this
+library, ``{"next_dataset", "slot", "iterators": [{"dataset", "state"} or
+None]}``, restore as well. `get_state` waits for the datasets in the slots to be opened
 (their iterators' states are needed) and raises the error of one that cannot
 be. `set_state` reopens each dataset of the state and restores its iterator,
 in the opening threads, before it returns; datasets opened ahead are not part
@@ -76,7 +87,15 @@ T = TypeVar("T")
 
 OPEN_THREAD_NAME = "grain-interleave-open"
 
-_STATE_KEYS = ("iterators", "next_dataset", "slot")
+_STATE_KEYS = ("iterators", "next_dataset", "slot")  # states of earlier versions
+_GRAIN_KEYS = (
+    "next_index_in_cycle",
+    "next_index_in_datasets",
+    "iterators_in_use_indices",
+    "iterators_in_use_states",
+    "exhausted",
+    "future_states",
+)
 
 
 class InterleaveIterDataset(IterDataset[T]):
@@ -287,6 +306,13 @@ def _discard(future: Future | None) -> None:
 # -- the iterator --------------------------------------------------------------------------
 
 
+def _is_future(key: Any, next_dataset: int, count: int) -> bool:
+    """Whether `key` of Grain's future_states names a dataset not opened yet (JSON: a str)."""
+    if isinstance(key, str) and key.isdigit():
+        key = int(key)
+    return isinstance(key, int) and not isinstance(key, bool) and next_dataset <= key < count
+
+
 class _Slot:
     """One place of the round robin: a dataset index and its iterator, open or opening.
 
@@ -294,7 +320,7 @@ class _Slot:
     before that the state to restore when it is opened (None: from the start).
     """
 
-    __slots__ = ("exhausted", "index", "iterator", "opening", "state")
+    __slots__ = ("exhausted", "index", "iterator", "opening", "previous", "state")
 
     def __init__(
         self,
@@ -308,6 +334,9 @@ class _Slot:
         self.iterator = iterator
         self.exhausted = False
         self.state = state
+        # (index, final state) of the exhausted dataset this slot's dataset replaced, until
+        # the new one gives an element: Grain's state still shows the old one then.
+        self.previous: tuple[int, Any] | None = None
 
     def discard(self, keep_state: bool) -> None:
         """Closes the iterator or drops its opening; `keep_state` to reopen it where it was."""
@@ -420,7 +449,8 @@ class _InterleaveIterator(DatasetIterator[Any]):
                 value = next(iterator)
             except StopIteration:
                 if self._next_dataset < self._count:
-                    slots[position] = self._take_next()
+                    refill = slots[position] = self._take_next()
+                    refill.previous = (slot.index, iterator.get_state())
                     iterator.close()
                     self._slot = (position + 1) % cycle
                 else:
@@ -432,21 +462,101 @@ class _InterleaveIterator(DatasetIterator[Any]):
             except Exception as error:
                 _note(error, slot.index, self._stage)
                 raise
+            slot.previous = None
             self._slot = (position + 1) % cycle
             return value
         raise StopIteration
 
     def get_state(self) -> dict[str, Any]:
         self._ensure_open()
-        iterators: list[dict[str, Any] | None] = []
-        for slot in self._slots:
-            if slot is None:
-                iterators.append(None)
-            elif slot.exhausted:
-                iterators.append({"dataset": slot.index, "state": slot.state})
+        used = [slot for slot in self._slots if slot is not None]  # a prefix of the slots
+        indices: list[int] = []
+        states: list[Any] = []
+        exhausted: list[int] = []
+        pending = 0
+        for slot in used:
+            if slot.exhausted:
+                index, state, done = slot.index, slot.state, 1
+            elif slot.previous is not None:
+                (index, state), done = slot.previous, 1
+                pending += 1
             else:
-                iterators.append({"dataset": slot.index, "state": self._iterator(slot).get_state()})
-        return {"next_dataset": self._next_dataset, "slot": self._slot, "iterators": iterators}
+                index, state, done = slot.index, self._iterator(slot).get_state(), 0
+            indices.append(index)
+            states.append(state)
+            exhausted.append(done)
+        return {
+            "next_index_in_cycle": self._slot if self._slot < len(used) else 0,
+            "next_index_in_datasets": self._next_dataset - pending,
+            "iterators_in_use_indices": indices,
+            "iterators_in_use_states": states,
+            "exhausted": exhausted,
+            "future_states": {},
+        }
+
+    def _check_grain(self, state: dict[str, Any]) -> tuple[Any, ...]:
+        """(entries, exhausted, pending, next dataset, slot) of a state in Grain's shape.
+
+        entries: (slot, dataset, state) to open and restore; exhausted: slot ->
+        (dataset, final state); pending: slot -> (dataset to open, (dataset, final
+        state) it replaces), Grain's exhausted slots that its next turn refills.
+        """
+        stage = self._stage
+        check_state(state, stage, _GRAIN_KEYS, nested=_GRAIN_KEYS[2:])
+        used = min(self._cycle, self._count)
+        cycle, next_dataset = state["next_index_in_cycle"], state["next_index_in_datasets"]
+        indices = state["iterators_in_use_indices"]
+        states = state["iterators_in_use_states"]
+        flags = state["exhausted"]
+        problem = None
+        lists = (indices, states, flags)
+        if not all(isinstance(entry, list | tuple) and len(entry) == used for entry in lists):
+            problem = (
+                f"iterators_in_use_indices, iterators_in_use_states and exhausted must list "
+                f"one entry per slot in use ({used})"
+            )
+        elif next_dataset > self._count:
+            problem = f"next_index_in_datasets={next_dataset} is past the {self._count} datasets"
+        elif cycle >= max(used, 1):
+            problem = f"next_index_in_cycle={cycle} is not below the {used} slots in use"
+        elif not isinstance(state["future_states"], dict) or not all(
+            _is_future(key, next_dataset, self._count) for key in state["future_states"]
+        ):
+            problem = (
+                "future_states must map indices of datasets not yet in use (from "
+                f"next_index_in_datasets={next_dataset} on) to states, got "
+                f"{state['future_states']!r:.200}"
+            )
+        elif any(type(flag) is not int or flag not in (0, 1) for flag in flags):
+            problem = f"exhausted must hold 0 or 1 per slot, got {flags!r}"
+        elif any(sub is None for sub in states):
+            problem = "iterators_in_use_states must hold each slot's iterator state, not None"
+        elif not all(type(i) is int and 0 <= i < next_dataset for i in indices) or len(
+            set(indices)
+        ) != len(indices):
+            problem = (
+                f"iterators_in_use_indices={indices!r} must be distinct dataset indices below "
+                f"next_index_in_datasets={next_dataset}"
+            )
+        if problem is not None:
+            raise ValueError(
+                f"this state does not fit {stage}: {problem}. Restore a state saved from the "
+                "same pipeline, unmodified."
+            )
+        entries: list[tuple[int, int, Any]] = []
+        exhausted: dict[int, tuple[int, Any]] = {}
+        pending: dict[int, tuple[int, tuple[int, Any]]] = {}
+        # Grain refills its exhausted slots in turn order from `cycle`, while datasets last.
+        for position in [(cycle + step) % max(used, 1) for step in range(used)]:
+            index, sub = indices[position], states[position]
+            if not flags[position]:
+                entries.append((position, index, sub))
+            elif next_dataset < self._count:
+                pending[position] = (next_dataset, (index, sub))
+                next_dataset += 1
+            else:
+                exhausted[position] = (index, sub)
+        return entries, exhausted, pending, next_dataset, cycle
 
     def _check(self, state: Any) -> list[tuple[int, int, Any]]:
         """(slot, dataset, state) of each iterator `state` names, after checking its shape."""
@@ -496,7 +606,13 @@ class _InterleaveIterator(DatasetIterator[Any]):
         )
 
     def set_state(self, state: dict[str, Any]) -> None:
-        entries = self._check(state)
+        exhausted: dict[int, tuple[int, Any]] = {}
+        pending: dict[int, tuple[int, tuple[int, Any]]] = {}
+        if isinstance(state, dict) and "next_index_in_cycle" in state:
+            entries, exhausted, pending, next_dataset, turn = self._check_grain(state)
+        else:  # a state of an earlier version of this library
+            entries = self._check(state)
+            next_dataset, turn = state["next_dataset"], state["slot"]
         # Reopen every dataset of the state (in the opening threads, in parallel)
         # before touching this iterator, so a state that fails leaves it as it was.
         openings = [(pos, i, sub, self._open_async(i, sub)) for pos, i, sub in entries]
@@ -514,9 +630,15 @@ class _InterleaveIterator(DatasetIterator[Any]):
                     slot.discard(keep_state=False)
             raise
         self._discard_all(keep_state=False)
+        for position, (index, final) in exhausted.items():
+            done = slots[position] = _Slot(index, state=final)
+            done.exhausted = True
+        for position, (index, previous) in pending.items():
+            refill = slots[position] = _Slot(index, self._open_async(index))
+            refill.previous = previous
         self._slots = slots
-        self._next_dataset = state["next_dataset"]
-        self._slot = state["slot"]
+        self._next_dataset = next_dataset
+        self._slot = turn
         self._started, self._closed = True, False
         self._fill_ahead()
 

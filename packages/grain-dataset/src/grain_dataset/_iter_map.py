@@ -18,7 +18,7 @@ from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._next_index import parent_next_index, set_parent_next_index
 from grain_dataset._rng import element_rng
 from grain_dataset._seeding import stage_seed
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 
 _CHECK_EVERY = 256
 
@@ -28,6 +28,8 @@ class _ElementwiseIterDataset(IterStage):
         return None  # elements change, positions do not
 
     _kind = ""
+    # The key of the element count in the state of a counting stage (Grain's name).
+    _count_key = "counter"
 
     def __init__(self, parent: IterDataset[Any], transform: Any):
         super().__init__(parent)
@@ -45,7 +47,12 @@ class _ElementwiseIterator(StageIterator):
 
 
 class _CountingIterator(_ElementwiseIterator):
-    """An iterator whose state is its parent's plus the number of elements it produced."""
+    """An iterator whose state is its parent's plus the number of elements it produced.
+
+    The count's key is Grain's name for it (the stage's `_count_key`): ``{"parent":
+    ..., "counter": n}`` for map_with_index, ``"index_for_rng"`` for random_map.
+    Earlier versions of this library wrote ``"index"``; such states restore as well.
+    """
 
     def __init__(self, dataset: _ElementwiseIterDataset, parent: Any):
         super().__init__(dataset, parent)
@@ -65,12 +72,14 @@ class _CountingIterator(_ElementwiseIterator):
         return result
 
     def get_state(self) -> dict[str, Any]:
-        return {"index": self._index, "parent": self._parent.get_state()}
+        return {"parent": self._parent.get_state(), self._dataset._count_key: self._index}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("index", "parent"))
+        key = self._dataset._count_key
+        state = renamed_keys(state, {"index": key})
+        check_state(state, repr(self._dataset), ("parent", key))
         self._parent.set_state(state["parent"])
-        self._index = state["index"]
+        self._index = state[key]
 
     def _get_next_index(self) -> int:
         return self._index
@@ -178,6 +187,8 @@ class _MapWithIndexIterator(_CountingIterator):
 @register("iter_random_map")
 class RandomMapIterDataset(_ElementwiseIterDataset):
     """``transform(element, rng)`` with `rng` keyed by (stage seed, element count)."""
+
+    _count_key = "index_for_rng"
 
     _kind = "random_map"
 

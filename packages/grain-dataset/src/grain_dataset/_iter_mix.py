@@ -6,15 +6,23 @@ within one element of each share) and needs no random numbers, so the state is
 the position plus each component's state. Output stops at the first position
 whose component is exhausted, as the API reference documents.
 
+State, in Grain's shape: ``{"parents": [state_0, ...], "index": i, "stop": b}``,
+i the number of next() calls that returned an element or found the mixture's
+end, `stop` whether one did (a stopped mix stays stopped, also after a restore).
+
 Changing the mixture between runs (Grain allows it since 0.2.15) is defined
 here as: every component continues at exactly the element after the last one
 it delivered, and the choice of component from the restored position p on
 follows the new weights, as if they had been used from the start (position p
-of the new schedule). The state lists a hash of each component's pipeline
-fingerprint (`components`), so components are matched by what they are, not
-by their place in the list: a component added since the checkpoint starts at
-its beginning, a removed one is dropped, reordered ones find their states.
-Both are logged on the "grain" logger.
+of the new schedule). Components are matched by what they are, not by their
+place in the list, where the checkpoint says what they were: its fingerprint
+(in the checkpoint file) lists a hash of each component's pipeline
+(`grain_dataset._fingerprint.saved_components`), and states of earlier
+versions list them in the state itself (``"components"``). A component added
+since the checkpoint starts at its beginning, a removed one is dropped,
+reordered ones find their states. Both are logged on the "grain" logger. A
+state set by hand carries no hashes: its components are taken by place, as in
+Grain, and must be as many as the mixture's.
 """
 
 from __future__ import annotations
@@ -30,7 +38,13 @@ from grain_dataset._base import (
     register,
 )
 from grain_dataset._combine import mix_weights
-from grain_dataset._fingerprint import component_hash, logger, unstamped
+from grain_dataset._fingerprint import (
+    component_hash,
+    logger,
+    mix_token,
+    saved_components,
+    unstamped,
+)
 from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of, restore_all
 from grain_dataset._state import check_parents_state, check_state
 from grain_dataset._worker_slice import iter_with_slice
@@ -65,7 +79,7 @@ class MixedIterDataset(IterStage):
     _many_parents = True
 
     def _fingerprint_token(self) -> str | None:
-        return "mix"
+        return mix_token(self._component_hashes())
 
     def _fingerprint_parents(self) -> Sequence[Any]:
         # Components may change between runs: the mix's own state says which is which.
@@ -99,45 +113,76 @@ class _MixedIterator(StageIterator):
         super().__init__(dataset, parents)
         self._iterators = parents
         self._schedule = dataset._schedule
-        self._position = 0
+        self._index = 0
+        self._stop = False
 
     def __next__(self) -> Any:
-        component, _ = self._schedule.lookup(self._position)
-        value = next(self._iterators[component])
-        self._position += 1
+        if self._stop:
+            raise StopIteration
+        component, _ = self._schedule.lookup(self._index)
+        try:
+            value = next(self._iterators[component])
+        except StopIteration:
+            # Counted, as in Grain; an error other than the end leaves the index where
+            # it was, so the next call asks the same component again.
+            self._index += 1
+            self._stop = True
+            raise
+        self._index += 1
         return value
 
     def get_state(self) -> dict[str, Any]:
         return {
-            "position": self._position,
             "parents": [iterator.get_state() for iterator in self._iterators],
-            "components": list(self._dataset._component_hashes()),
+            "index": self._index,
+            "stop": self._stop,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
         stage = repr(self._dataset)
-        if isinstance(state, dict) and "components" in state:
-            # A state of this version: components are matched by their fingerprints.
-            saved = state["components"]
-            state = {key: value for key, value in state.items() if key != "components"}
+        checked, hashes = saved_components(self._dataset)
+        if isinstance(state, dict) and "position" in state:
+            # A state of an earlier version: {"position", "parents"[, "components"]}.
+            if "components" in state:
+                hashes = state["components"]
+                state = {key: value for key, value in state.items() if key != "components"}
+            elif checked:
+                raise ValueError(
+                    f"this state of {stage} carries a pipeline fingerprint but no "
+                    "'components' entry, which every state with a fingerprint has: it was "
+                    "edited or truncated, and without the components' hashes its parents' "
+                    "states cannot be matched to the components. Restore the checkpoint as "
+                    "it was saved."
+                )
             check_state(state, stage, ("position", "parents"))
+            index, stop = state["position"], False
+        else:
+            check_state(state, stage, ("parents", "index", "stop"), flags=("stop",))
+            index, stop = state["index"], state["stop"]
+            if checked and hashes is None:
+                raise ValueError(
+                    f"the checkpoint's fingerprint lists {stage} without its components' "
+                    "hashes, which every fingerprint of this version has: the checkpoint was "
+                    "edited or mixes versions. Restore the checkpoint as it was saved."
+                )
+        if hashes is None:  # set by hand, or a fingerprint-less older state: by place
+            parents = check_parents_state(state, stage, len(self._iterators))
+        else:
             old = state["parents"]
             if (
-                not isinstance(saved, list)
+                not isinstance(hashes, list)
                 or not isinstance(old, list)
-                or len(saved) != len(old)
-                or not all(isinstance(text, str) for text in saved)
+                or len(hashes) != len(old)
+                or not all(isinstance(text, str) for text in hashes)
             ):
                 raise ValueError(
-                    f"state['components'] of {stage} must list one hash string per entry of "
-                    f"state['parents'], got {saved!r}; the state is corrupt."
+                    f"the components' hashes of {stage} must be one string per entry of "
+                    f"state['parents'], got {hashes!r} for the parent states {old!r:.200}; "
+                    "the checkpoint is corrupt."
                 )
-            parents = self._match_components(saved, old)
-        else:  # an older state: components by their place in the list
-            check_state(state, stage, ("position", "parents"))
-            parents = check_parents_state(state, stage, len(self._iterators))
+            parents = self._match_components(hashes, old)
         restore_all(self._iterators, parents)
-        self._position = state["position"]
+        self._index, self._stop = index, stop
 
     def _match_components(self, saved: list[str], old: list[Any]) -> list[Any]:
         """A state for each component: its own from `old`, or its beginning's if it is new."""

@@ -1,7 +1,9 @@
 """LimitIterDataset: cutting a stream short.
 
 LimitIterDataset returns the first `count` elements of its parent and then
-stops without reading further. State: ``{"count": returned, "parent": ...}``.
+stops without reading further. State, in Grain's keys:
+``{"parent": ..., "count_elements_read": returned}`` (earlier versions of this
+library wrote ``"count"``; such states restore as well).
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from typing import Any
 
 from grain_dataset._base import DatasetIterator, IterDataset, as_iter_dataset
 from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 from grain_index import checks
+
+_COUNT = "count_elements_read"
 
 
 class LimitIterDataset(IterStage):
@@ -53,15 +57,16 @@ class _LimitIterator(StageIterator):
         return value
 
     def get_state(self) -> dict[str, Any]:
-        return {"count": self._returned, "parent": self._parent.get_state()}
+        return {"parent": self._parent.get_state(), _COUNT: self._returned}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("count", "parent"))
-        if state["count"] > self._dataset._count:
+        state = renamed_keys(state, {"count": _COUNT})
+        check_state(state, repr(self._dataset), ("parent", _COUNT))
+        if state[_COUNT] > self._dataset._count:
             raise ValueError(
-                f"state['count'] of {self._dataset!r} must be <= count "
-                f"({self._dataset._count}), got {state['count']}; the state is from a "
+                f"state[{_COUNT!r}] of {self._dataset!r} must be <= count "
+                f"({self._dataset._count}), got {state[_COUNT]}; the state is from a "
                 "pipeline with another limit."
             )
         self._parent.set_state(state["parent"])
-        self._returned = state["count"]
+        self._returned = state[_COUNT]

@@ -27,7 +27,7 @@ the single-process one for every worker count.
 
 State: the in-order stage hands out the state that the plain pipeline's
 prefix (or batch, for blocks) would have after the same units, e.g.
-``{"next_index": p}`` or ``{"index": p, "parent": {"next_index": p}}``, and
+``{"next_index": p}`` or ``{"parent": {"next_index": p}, "counter": p}``, and
 takes it back; the tail's states wrap it as they always do. So a state is the
 plain pipeline's state: it restores with any worker count, 0 included.
 
@@ -52,7 +52,7 @@ from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of
 from grain_dataset._options import ReadOptions
 from grain_dataset._read_ahead import PrefetchIterDataset
 from grain_dataset._stage import MapStage, upstream
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 from grain_dataset._with_options import WithOptionsIterDataset
 
 _CHECK_EVERY = 256
@@ -208,7 +208,7 @@ class PositionalSplit:
         state: Any = {"next_index": position}
         for stage in self._stages:
             if stage._position_kind == "indexed":
-                state = {"index": position, "parent": state}
+                state = {"parent": state, stage._count_key: position}
         return state
 
     def units_in(self, state: Any) -> int:
@@ -216,7 +216,8 @@ class PositionalSplit:
         where = "the stages before mp_prefetch (in its workers)"
         for stage in reversed(self._stages):
             if stage._position_kind == "indexed":
-                check_state(state, where, ("index", "parent"))
+                state = renamed_keys(state, {"index": stage._count_key})  # earlier versions
+                check_state(state, where, ("parent", stage._count_key))
                 state = state["parent"]
         check_state(state, where, ("next_index",))
         position = state["next_index"]

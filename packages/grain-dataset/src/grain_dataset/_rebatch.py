@@ -10,12 +10,15 @@ parent batch and one ``np.concatenate`` per leaf and output batch, never a
 Python loop over rows. An output batch that lies inside one parent batch is
 a view of it (no copy); one that spans several is a new array.
 
-State: ``{"parent": <the parent's state before the parent batch that holds
-the next row>, "offset": <rows of that batch already returned>}``. No rows
-are buffered in it; restoring sets the parent to that state and, when the
-offset is not 0, reads that one parent batch again on the next call and skips
-`offset` rows of it. This assumes, as every checkpointable parent guarantees,
-that the parent produces the same batch again after a restore.
+State, Grain's: ``{"parent": <the parent's state before the parent batch last
+read>, "batch_idx": <rows of that batch already returned>}``; a batch used up
+is left only when the next is read (so `batch_idx` may equal its rows), and at
+the end "parent" is the parent's state at its end with the last count kept.
+No rows are buffered in it; restoring sets the parent to that state and, on
+the next call, reads that one parent batch again and skips `batch_idx` rows of
+it. This assumes, as every checkpointable parent guarantees, that the parent
+produces the same batch again after a restore. States of earlier versions of
+this library (``"offset"`` for `batch_idx`) restore as well.
 """
 
 from __future__ import annotations
@@ -27,8 +30,10 @@ import numpy as np
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
 from grain_dataset._element_spec import Path, map_with_path, path_name, structure_of
 from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, iterator_of
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 from grain_index import checks
+
+_INDEX = "batch_idx"
 
 
 class _ParentBatch:
@@ -127,8 +132,8 @@ class _RebatchIterator(StageIterator):
     """The position is (`_anchor`, `_offset`) into the parent batch `_current`.
 
     `_current` is None before the first batch, at the end, and after
-    `set_state`; in the last case an `_offset` > 0 is a pending skip into the
-    parent batch that the next read replays.
+    `set_state`; in the last case `_offset` is a pending skip into the parent
+    batch that the next read replays.
     """
 
     def __init__(self, dataset: RebatchIterDataset, parent: DatasetIterator[Any]):
@@ -145,13 +150,10 @@ class _RebatchIterator(StageIterator):
             try:
                 batch = next(self._parent)
             except StopIteration:
-                if skip:
-                    raise ValueError(
-                        f"the state of {self._dataset!r} points {skip} rows into a parent "
-                        "batch, but the parent has no batch there; the state is from "
-                        "another pipeline or the parent's data changed."
-                    ) from None
-                self._current, self._offset = None, 0
+                # Grain's state at the end: the parent's end, the last count kept (a
+                # restored end state skips into nothing and ends the same way).
+                self._anchor.set(start)
+                self._current = None
                 return False
             try:
                 current = _ParentBatch(batch)
@@ -167,6 +169,9 @@ class _RebatchIterator(StageIterator):
                     "the parent's data changed."
                 )
             if current.rows == 0:
+                continue
+            if skip and skip == current.rows:
+                skip = 0  # restored at a batch used up: on to the next one
                 continue
             self._current, self._offset = current, skip
             self._anchor.set(start)
@@ -217,24 +222,22 @@ class _RebatchIterator(StageIterator):
         return map_with_path(lambda path, leaf: next(replaced), first.template)
 
     def _position(self, copy: bool) -> dict[str, Any]:
-        current = self._current
-        # Inside a parent batch, or restored into one and not yet replayed.
-        inside = self._offset < current.rows if current is not None else self._offset > 0
-        if inside:
-            anchor = self._anchor.saved() if copy else self._anchor.state
-            return {"parent": anchor, "offset": self._offset}
-        return {"parent": self._parent.get_state(), "offset": 0}
+        if self._anchor.state is None:  # nothing read yet
+            return {"parent": self._parent.get_state(), _INDEX: 0}
+        anchor = self._anchor.saved() if copy else self._anchor.state
+        return {"parent": anchor, _INDEX: self._offset}
 
     def get_state(self) -> dict[str, Any]:
         return self._position(copy=True)
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("offset", "parent"))
+        state = renamed_keys(state, {"offset": _INDEX})
+        check_state(state, repr(self._dataset), ("parent", _INDEX))
         self._anchor.restore(state["parent"])
         # The replay of the parent batch waits for the next read, so restoring
         # reads no data and cannot fail on it.
         self._current = None
-        self._offset = state["offset"]
+        self._offset = state[_INDEX]
 
 
 def _describe(tree: Any) -> str:

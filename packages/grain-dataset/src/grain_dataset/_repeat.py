@@ -155,7 +155,7 @@ class _RepeatIterator(StageIterator):
             raise
 
     def get_state(self) -> dict[str, Any]:
-        return {"epoch": self._epoch, "parent": self._parent.get_state()}
+        return {"parent": self._parent.get_state(), "epoch": self._epoch}  # Grain's order
 
     def set_state(self, state: dict[str, Any]) -> None:
         check_state(state, repr(self._dataset), ("epoch", "parent"))

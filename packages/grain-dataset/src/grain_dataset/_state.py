@@ -8,12 +8,17 @@ from grain_dataset._errors import OutOfRangeError
 
 
 def check_state(
-    state: Any, stage: str, fields: tuple[str, ...], flags: tuple[str, ...] = ()
+    state: Any,
+    stage: str,
+    fields: tuple[str, ...],
+    flags: tuple[str, ...] = (),
+    nested: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Returns `state` after checking it is a dict with exactly `fields`.
 
-    The fields in `flags` must be bools; the others (but "parent"/"parents")
-    ints >= 0.
+    The fields in `flags` must be bools; those in `nested` (and "parent",
+    "parents") hold parents' states, which the parents check; the others must
+    be ints >= 0.
     """
     if not isinstance(state, dict):
         raise TypeError(
@@ -30,7 +35,7 @@ def check_state(
             "Google's Grain does not restore here: its element orders differ)."
         )
     for field in fields:
-        if field in ("parent", "parents"):
+        if field in ("parent", "parents") or field in nested:
             continue
         value = state[field]
         if field in flags:
@@ -64,3 +69,18 @@ def check_parents_state(state: dict[str, Any], stage: str, count: int) -> list[A
             "the state is from a pipeline with a different number of components."
         )
     return list(parents)
+
+
+def renamed_keys(state: Any, old_to_new: dict[str, str]) -> Any:
+    """`state` with the keys an earlier version wrote renamed to the current (Grain's) ones.
+
+    Checkpoints of versions before the state shapes followed Grain's use other
+    key names for the same positions; a dict holding exactly the old names (and
+    none of the new) is renamed, anything else is returned unchanged for the
+    stage's own check to judge.
+    """
+    if not isinstance(state, dict) or not set(old_to_new) <= set(state):
+        return state
+    if set(old_to_new.values()) & set(state):
+        return state
+    return {old_to_new.get(key, key): value for key, value in state.items()}

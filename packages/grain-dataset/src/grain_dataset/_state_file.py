@@ -10,14 +10,23 @@ Layout: a checkpoint directory holds ``process_<i>-of-<n>.json`` for each of
 the n processes that saved it (the process index i and count n come from
 jax when it runs multi-host; otherwise 0 and 1). The file is JSON:
 
-    {"grain_py_state_format": 1, "state": <the iterator's state>}
+    {"grain_py_state_format": 1, "state": <the iterator's state>,
+     "grain_fingerprint": "range(0:100:1) > shuffle(#1a2b3c4d) > to_iter"}
 
-where the state is a `DatasetIterator` state (a dict) or a DataLoader state
-(its JSON bytes, parsed). The marker is what tells our checkpoints from those
-of Google's Grain, which use the same file names and put the bare state in
-them: the same seed gives a different element order there, so a Grain
-checkpoint would resume at another element. A file without the marker is
-refused with a ValueError that says so (see `text_to_state`).
+where the state is a `DatasetIterator` state (a dict, in Grain's shapes) or a
+DataLoader state (its JSON bytes, parsed), and the fingerprint names the
+pipeline that saved it (`grain_dataset._fingerprint`; absent for iterators that
+do not know their dataset). Reading the file hands the fingerprint to
+`set_state` with the state, which refuses a checkpoint of another pipeline.
+Files of earlier versions (the fingerprint inside the state) read the same.
+
+The marker is what tells our checkpoints from those of Google's Grain, which
+use the same file names and put the bare state in them. Where the pipeline
+has no stage whose order differs from Grain's (no shuffle, seed or mixture:
+`_same_order_as_grain`), such a file restores: the state means the same
+element in both. Otherwise it is refused with a ValueError that says why (the
+same seed gives a different element order there, so it would resume at
+another element).
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import re
 import sys
 from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
+
+from grain_dataset import _fingerprint
 
 _FILE_PATTERN = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
@@ -90,8 +101,12 @@ def state_to_text(state: Any, owner: Any) -> str:
                 f"the state of {type(owner).__name__} is bytes or str but not JSON ({error}): "
                 "get_state() must return a dict of ints, strings, lists and dicts, or JSON bytes."
             ) from None
+    envelope: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION, "state": state}
+    pipeline = _fingerprint.of_iterator(owner)
+    if pipeline is not None and isinstance(state, dict):
+        envelope[_fingerprint.KEY] = pipeline
     try:
-        return json.dumps({FORMAT_KEY: FORMAT_VERSION, "state": state}, indent=4)
+        return json.dumps(envelope, indent=4)
     except TypeError as error:
         raise TypeError(
             f"the state of {type(owner).__name__} is not JSON-serializable ({error}): "
@@ -126,6 +141,9 @@ def text_to_state(text: str, owner: Any, path: Any) -> Any:
     except ValueError as error:
         raise ValueError(f"the iterator state in {path} is not valid JSON: {error}.") from None
     if not isinstance(saved, dict) or FORMAT_KEY not in saved:
+        if isinstance(saved, dict) and _same_order_as_grain(owner):
+            # A bare state of Google's Grain, for a pipeline whose order is Grain's.
+            return saved
         raise _foreign(path, saved)
     version = saved[FORMAT_KEY]
     if version != FORMAT_VERSION or "state" not in saved:
@@ -135,12 +153,52 @@ def text_to_state(text: str, owner: Any, path: Any) -> Any:
             "another version. Restore it with the version that saved it."
         )
     state = saved["state"]
+    pipeline = saved.get(_fingerprint.KEY)
+    if isinstance(state, dict) and _fingerprint.KEY not in state:
+        if pipeline is not None:
+            state = {**state, _fingerprint.KEY: pipeline}
+        elif _fingerprint.of_iterator(owner) is not None:
+            _fingerprint.warn_unverified(owner)
     current = owner.get_state()
     if isinstance(current, bytes | bytearray):
         return json.dumps(state, indent=4).encode("utf-8")
     if isinstance(current, str):
         return json.dumps(state, indent=4)
     return state
+
+
+# Stages whose element order (or random values) differ from Grain's for the same seed
+# and arguments; a pipeline with none of them orders its elements as Grain does. Named
+# by class, as the stages of other packages are too (no import of them here).
+_ORDER_DIFFERS = (
+    "Shuffle",
+    "Random",
+    "Mix",
+    "Select",
+    "Interleave",
+    "Pack",
+    "ConcatThenSplit",
+    "Sampler",
+)
+
+
+def _same_order_as_grain(owner: Any) -> bool:
+    """Whether `owner`'s pipeline yields Grain's elements in Grain's order at every state."""
+    dataset = getattr(owner, "__dict__", {}).get(_fingerprint._DATASET)
+    if dataset is None:
+        return False
+    seen: set[int] = set()
+    pending = [dataset]
+    while pending:
+        stage = pending.pop()
+        if id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        name = type(stage).__name__
+        if any(part in name for part in _ORDER_DIFFERS):
+            return False
+        pending.extend(stage.__dict__.get("_parents", ()))
+    return True
 
 
 def _saved_process_counts(directory: Any) -> set[int]:
@@ -233,8 +291,8 @@ def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any
     except (ValueError, TypeError, KeyError) as error:
         raise ValueError(
             f"the iterator state in {path} does not fit this {type(owner).__name__}: "
-            f"{error} The checkpoint was saved from a pipeline of another shape; restore "
-            "it into the pipeline that saved it."
+            f"{error} The checkpoint was saved from another pipeline; restore it into the "
+            "pipeline that saved it."
         ) from error
     return path
 

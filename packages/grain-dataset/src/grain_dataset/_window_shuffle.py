@@ -11,16 +11,20 @@ IterDataset: the iterator reads `window_size` elements from its parent into a
 buffer, returns them in a random order, then reads the next window (the
 in-memory half of the hierarchical shuffle that the advanced tutorial
 describes). Window k's order is a permutation keyed by (stage seed, k), so the
-state needs no data, only where window k started::
+state needs no data, only where window k started. It is Grain's::
 
-    {"parent": parent state at the start of window k, "window": k,
-     "emitted": elements of window k already returned}
+    {"parent_window_start_state": parent state at the start of window k,
+     "window_index": k, "pos_in_window": elements of window k already returned}
 
 Restoring sets the parent to that state; the next call reads window k again
-and skips its first `emitted` elements of the (same) order, so a fresh
-iterator continues exactly, even in the middle of a window. After the last
-element of a window the state already points at the next window
-(``emitted == 0``), so a restore there reads nothing twice.
+and skips its first `pos_in_window` elements of the (same) order, so a fresh
+iterator continues exactly, even in the middle of a window. As in Grain, a
+window used up is left only when the next one is read: after its last element
+the state keeps its start and count and already names the next window
+(``window_index`` k + 1, ``pos_in_window`` = its size); a restore there reads
+it again to find where the next begins. States of earlier versions of this
+library (``{"parent", "window", "emitted"}``, a used-up window already left)
+restore as well.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ import numpy as np
 
 from grain_dataset._base import DatasetIterator, IterDataset, MapDataset, as_iter_dataset
 from grain_dataset._fingerprint import seed_param, token
-from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, check_below, iterator_of
+from grain_dataset._iter_stage import Anchor, IterStage, StageIterator, iterator_of
 from grain_dataset._seeding import stage_seed
 from grain_dataset._stage import MapStage, epochs_of, fits_int64
-from grain_dataset._state import check_state
+from grain_dataset._state import check_state, renamed_keys
 from grain_index import checks, window_shuffle, window_shuffle_array
 
 _UINT64 = 1 << 64
@@ -151,6 +155,9 @@ class WindowShuffleIterDataset(IterStage):
         return f"window_size={self._window_size}"
 
 
+_KEYS = ("parent_window_start_state", "window_index", "pos_in_window")
+
+
 @iterator_of(WindowShuffleIterDataset)
 class _WindowShuffleIterator(StageIterator):
     def __init__(self, dataset: WindowShuffleIterDataset, parent: DatasetIterator[Any]):
@@ -160,9 +167,13 @@ class _WindowShuffleIterator(StageIterator):
         self._emitted = 0
         self._buffer: list[Any] = []
         self._order: list[int] | None = None  # None: the window is not read in full yet
+        # The window at the anchor is used up (`_window` already names the next one);
+        # after a restore, None: not known until the window is read again.
+        self._done: bool | None = False
+        self._parent_ended = False  # the last read of a window met the parent's end
 
-    def _fill(self) -> list[int]:
-        """Reads the rest of the current window from the parent and draws its order."""
+    def _read_window(self) -> None:
+        """Reads the rest of the window at the anchor from the parent into the buffer."""
         size = self._dataset._window_size
         buffer = self._buffer
         # A parent error leaves the elements read so far in the buffer; the next
@@ -171,47 +182,84 @@ class _WindowShuffleIterator(StageIterator):
             try:
                 buffer.append(next(self._parent))
             except StopIteration:
+                self._parent_ended = True
                 break
-        if self._emitted >= len(buffer) and buffer:
-            raise ValueError(
-                f"the restored state of {self._dataset!r} says {self._emitted} elements of "
-                f"window {self._window} were returned, but it holds {len(buffer)}: the state "
-                "is from a different pipeline or the parent's data changed."
-            )
+
+    def _fill(self) -> list[int]:
+        """Reads the current window from the parent and draws its order."""
+        if self._done is None:  # restored: is the window at the anchor used up?
+            self._read_window()
+            if self._buffer and self._emitted == len(self._buffer):
+                self._done = True
+            elif self._emitted > len(self._buffer) or (self._emitted and not self._buffer):
+                raise ValueError(
+                    f"the restored state of {self._dataset!r} says {self._emitted} elements "
+                    f"of window {self._window} were returned, but it holds "
+                    f"{len(self._buffer)}: the state is from a different pipeline or the "
+                    "parent's data changed."
+                )
+            else:
+                self._done = False
+        if self._done:
+            # A window cut short by the parent's end was the last: the state stays the
+            # used-up window's. Otherwise the parent stands where the next one begins,
+            # which the state names from now on even if it turns out to be the end (as
+            # in Grain).
+            if self._parent_ended:
+                return []
+            self._anchor.move()
+            self._buffer, self._emitted, self._done = [], 0, False
+            self._read_window()
+        else:
+            self._read_window()
+        buffer = self._buffer
         self._order = self._dataset._window_order(self._window, len(buffer)) if buffer else []
         return self._order
 
     def __next__(self) -> Any:
         order = self._fill() if self._order is None else self._order
-        if not order:
+        if self._emitted >= len(order):
             raise StopIteration
         slot = order[self._emitted]
         value = self._buffer[slot]
         self._buffer[slot] = None  # the window's memory is released as it is returned
         self._emitted += 1
         if self._emitted == len(order):
-            # The window is done: the parent now stands where the next one begins.
-            self._anchor.move()
+            # Used up: the next window's number now, left when the next call reads it.
             self._window += 1
-            self._emitted = 0
+            self._done = True
             self._buffer = []
             self._order = None
         return value
 
     def get_state(self) -> dict[str, Any]:
         return {
-            "parent": self._anchor.saved(),
-            "window": self._window,
-            "emitted": self._emitted,
+            _KEYS[0]: self._anchor.saved(),
+            _KEYS[1]: self._window,
+            _KEYS[2]: self._emitted,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        check_state(state, repr(self._dataset), ("parent", "window", "emitted"))
+        state = renamed_keys(state, dict(zip(("parent", "window", "emitted"), _KEYS, strict=True)))
+        check_state(state, repr(self._dataset), _KEYS, nested=_KEYS[:1])
         window_size = self._dataset._window_size
-        emitted = check_below(state, "emitted", window_size, self._dataset, "window_size")
-        self._anchor.restore(state["parent"])
-        self._window = state["window"]
+        emitted = state[_KEYS[2]]
+        if emitted > window_size:
+            raise ValueError(
+                f"state[{_KEYS[2]!r}] of {self._dataset!r} must be <= window_size "
+                f"({window_size}), got {emitted}; the state is from a pipeline with another "
+                "window_size."
+            )
+        if emitted and not state[_KEYS[1]] and emitted == window_size:
+            raise ValueError(
+                f"state[{_KEYS[2]!r}] of {self._dataset!r} says window 0 is used up, but "
+                f"then state[{_KEYS[1]!r}] would name window 1, not 0; the state is corrupt."
+            )
+        self._anchor.restore(state[_KEYS[0]])
+        self._window = state[_KEYS[1]]
         self._emitted = emitted
         # The window is read again lazily, by the next call.
         self._buffer = []
         self._order = None
+        self._done = None
+        self._parent_ended = False

@@ -44,10 +44,13 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                `__getitems__` (its class declares ``batched_reads = True``);
                every stage that reads a user's source decides with it, once
                per source, so all of them read what ``source[i]`` gives.
-  fingerprint  pipeline_fingerprint(dataset): the text a state carries under
-               "grain_fingerprint"; remember_dataset(iterator, dataset): an
-               iterator not made by ``iter(dataset)`` (ElasticIterator) gets
-               its dict states stamped and checked like any other.
+  fingerprint  pipeline_fingerprint(dataset): the text a checkpoint file carries
+               under "grain_fingerprint" beside the state (states of
+               ``iter(dataset)`` have Grain's shapes, without it);
+               remember_dataset(iterator, dataset, stamp=True): an iterator
+               not made by ``iter(dataset)`` (ElasticIterator, the DataLoader's
+               pipeline) gets its fingerprint written into its state files and,
+               with `stamp`, into its dict states, and checked on restore.
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
                Orbax-shaped save_coroutine / load_coroutine. An iterator class

@@ -61,6 +61,7 @@ from grain_dataset.extension import (
     closed_error,
     load_coroutine,
     pipeline_fingerprint,
+    remember_dataset,
     save_coroutine,
     serialized,
 )
@@ -506,9 +507,19 @@ class DataLoader:
                 "library wrote."
             )
 
+    def _pipeline_iterator(self) -> Any:
+        """A fresh pipeline iterator whose dict states carry the pipeline's fingerprint.
+
+        ``iter(dataset)`` gives states in Grain's shapes, without it; this state
+        (its "pipeline" entry) keeps it, so that it restores only into this pipeline.
+        """
+        iterator = iter(self._pipeline)
+        remember_dataset(iterator, self._pipeline)
+        return iterator
+
     def _restored(self, saved: SavedPosition) -> Any:
         """A pipeline iterator at `saved` (a version-1 state: before its replay)."""
-        iterator = iter(self._pipeline)
+        iterator = self._pipeline_iterator()
         try:
             pipeline = saved.pipeline
             if pipeline is None:  # the parent side afresh at (unit, skip)
@@ -618,7 +629,9 @@ class DataLoaderIterator(Iterator[Any]):
         it = self._it
         if it is None:
             saved = self._saved
-            it = self._it = self._loader._restored(saved) if saved else iter(self._loader._pipeline)
+            it = self._it = (
+                self._loader._restored(saved) if saved else self._loader._pipeline_iterator()
+            )
             self._pending = saved.replay if saved else 0
         if self._pending:
             # A version-1 state: the parent side restarted afresh drops what it had returned.
