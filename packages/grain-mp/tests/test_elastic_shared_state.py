@@ -6,6 +6,8 @@ restore), and any one of them restores every shard of a run with another shard
 count, continuing exactly where the old run stopped.
 """
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -37,7 +39,8 @@ def _positions(state):
 def test_every_shard_has_the_same_state_naming_no_shard(workers):
     shards = _shards(3, 12, workers)
     for step in range(4):
-        states = [_positions(it.get_state()) for it in shards]
+        states = [it.get_state() for it in shards]
+        # Grain's dict exactly: the pipeline's fingerprint travels in checkpoint files.
         assert states == [{"global_next_index": 12 * step}] * 3
         for it in shards:
             next(it)
@@ -89,3 +92,19 @@ def test_owed_positions_travel_in_the_shared_state_until_read():
     new[0].set_state(states[::-1])  # in any order
     assert _positions(new[0].get_state())["leftovers"]  # 8 (and 11, past the end) owed
     assert np.asarray(next(new[0])).tolist() == [8]
+
+
+def test_a_checkpoint_file_of_another_pipeline_is_refused(tmp_path):
+    # The dict has Grain's shape; the fingerprint is written beside it in the file.
+    (it,) = _shards(1, 12)
+    next(it)
+    asyncio.run(it.save(tmp_path))
+    assert "grain_fingerprint" in (tmp_path / "process_0-of-1.json").read_text()
+    same = ElasticIterator(_ds(), 12, ShardOptions(0, 1))
+    asyncio.run(same.load(tmp_path))
+    assert same.get_state() == {"global_next_index": 12}
+    other = ElasticIterator(MapDataset.range(97).shuffle(seed=3), 12, ShardOptions(0, 1))
+    with pytest.raises(ValueError, match="different pipeline|another pipeline|other pipeline"):
+        asyncio.run(other.load(tmp_path))
+    for x in (it, same, other):
+        x.close()

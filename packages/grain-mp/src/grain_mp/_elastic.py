@@ -128,7 +128,10 @@ class ElasticIterator(DatasetIterator[Any]):
         self._view_length = 0  # positions left to this shard when `_inner` was built
         # The stage under the batch: its state says how many positions the batches took.
         self._counter: DatasetIterator[Any] | None = None
-        remember_dataset(self, ds)
+        # One-to-one states keep Grain's shape ({"global_next_index": g}): the fingerprint
+        # travels in checkpoint files (iterator.save, the Orbax handler), as for iter(dataset).
+        # Per-shard states are ours alone and carry it in the dict.
+        remember_dataset(self, ds, stamp=not self._one_to_one)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -200,6 +203,7 @@ class ElasticIterator(DatasetIterator[Any]):
         taken = self._position()
         if self._packing is None and taken - self._taken > self._batch_size:
             self._one_to_one = False  # a stage of the user's own dropped an element
+            remember_dataset(self, self._ds, stamp=True)  # its states are per-shard now
         self._taken = taken
         return batch
 
@@ -309,12 +313,16 @@ class ElasticIterator(DatasetIterator[Any]):
         if not isinstance(state, dict):
             raise TypeError(f"each old shard's state must be a dict, got {type(state).__name__}.")
         if _FINGERPRINT not in state:
-            warnings.warn(
-                "restored a state without a pipeline fingerprint into ElasticIterator: nothing "
-                "checked that it comes from this pipeline. Save a new checkpoint to get one.",
-                UnverifiedStateWarning,
-                stacklevel=4,
-            )
+            if _FORMAT in state:
+                warnings.warn(
+                    "restored a state without a pipeline fingerprint into ElasticIterator: "
+                    "nothing checked that it comes from this pipeline. Save a new checkpoint "
+                    "to get one.",
+                    UnverifiedStateWarning,
+                    stacklevel=4,
+                )
+            # A dict of Grain's shape (a one-to-one state) is checked by its shape, as in
+            # Grain; a state file carries the fingerprint beside it and is checked on load.
             return state
         saved = state[_FINGERPRINT]
         current = pipeline_fingerprint(self._ds)
