@@ -104,7 +104,7 @@ def test_a_checkpoint_file_of_another_pipeline_is_refused(tmp_path):
     asyncio.run(same.load(tmp_path))
     assert same.get_state() == {"global_next_index": 12}
     other = ElasticIterator(MapDataset.range(97).shuffle(seed=3), 12, ShardOptions(0, 1))
-    with pytest.raises(ValueError, match="different pipeline|another pipeline|other pipeline"):
+    with pytest.raises(ValueError, match="saved from a different pipeline"):
         asyncio.run(other.load(tmp_path))
     for x in (it, same, other):
         x.close()
