@@ -241,12 +241,17 @@ def test_a_line_that_is_not_json_fails_with_1_and_publishes_no_manifest(capsys, 
     assert code == 1
     assert f"line 3 of {tmp_path / 'a.jsonl'} is not JSON" in err
     names = set(os.listdir(tmp_path))
-    # Shard 0 (line 1) may have finished before shard 1 failed: then it is marked done.
-    assert names - {"out-00000-of-00002", "out-00000-of-00002.done"} == {
-        "a.jsonl",
-        "out.plan.json",
+    # Shard 0 (line 1) may have finished before shard 1 failed (then it is marked done), or
+    # been stopped on the failure at any point: a stopped task leaves at most a temporary
+    # file or a finished shard without its marker, both of which the next run replaces
+    # (_convert_task's docstring). Nothing of shard 1's, and no manifest, is published.
+    shard0 = {n for n in names if n.startswith("out-00000-of-00002")}
+    assert shard0 <= {"out-00000-of-00002", "out-00000-of-00002.done"} | {
+        n for n in shard0 if n.startswith("out-00000-of-00002.tmp-")
     }
-    assert ("out-00000-of-00002" in names) == ("out-00000-of-00002.done" in names)
+    assert names - shard0 == {"a.jsonl", "out.plan.json"}
+    if "out-00000-of-00002.done" in names:
+        assert "out-00000-of-00002" in names
 
 
 def test_the_summary_names_the_manifest_and_a_resume_keeps_every_shard(capsys, tmp_path):
