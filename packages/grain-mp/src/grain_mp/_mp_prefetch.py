@@ -83,7 +83,7 @@ from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
 from grain_dataset.extension import iter_worker_slice, positional_split
-from grain_mp import _start
+from grain_mp import _start, worker_env
 from grain_mp._ending import end_processes
 from grain_mp._loader_positions import LoaderPositionsIterDataset
 from grain_mp._mp_positional import MultiprocessPrefetchIterator
@@ -523,13 +523,14 @@ class _MultiprocessIterator(RoundRobinIterator):
             init_fn = None  # inside the payload
         workers: list[_Worker] = []
         try:
+            main = worker_env.entry(_worker_main)  # accelerators hidden unless opted out
             for index in range(self._count):
                 inherited = [conn for w in workers for conn in (w.out, w.credits)]
                 out_read, out_write = ctx.Pipe(duplex=False)
                 credit_read, credit_write = ctx.Pipe(duplex=False)
                 inherited += [out_read, credit_write]
                 process = ctx.Process(
-                    target=_worker_main,
+                    target=main,
                     args=(
                         payload,
                         index,

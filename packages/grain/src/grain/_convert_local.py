@@ -23,6 +23,7 @@ from typing import Any
 
 from grain._convert_errors import ConversionError
 from grain._convert_task import run_shard
+from grain_mp import worker_env
 
 _JOIN_TIMEOUT_S = 10.0
 
@@ -54,7 +55,10 @@ class _Worker:
     def __init__(self, context: Any, job: dict[str, Any]):
         self.connection, child = context.Pipe()
         self.process = context.Process(
-            target=_worker_main, args=(child, job), name="grain-convert", daemon=True
+            target=worker_env.entry(_worker_main),
+            args=(child, job),
+            name="grain-convert",
+            daemon=True,
         )
         self.process.start()
         child.close()
