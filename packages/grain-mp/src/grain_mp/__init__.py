@@ -14,6 +14,8 @@ operations), `_loader_state` is its checkpoint format, `_record_ops`
 and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
 `_multithread` is mp_prefetch's slicing and round robin with threads;
 `_elastic` and `_elastic_plan` are ElasticIterator (ELASTIC.md).
+The public module `worker_env` is the environment every worker process starts
+with (accelerators hidden), used by the `grain` package's conversion workers too.
 
 `mp_prefetch` is what `IterDataset.mp_prefetch` calls (grain_dataset imports it
 lazily, by this public name); `sweep_dead_segments` reclaims the shared memory
