@@ -135,11 +135,18 @@ def test_jax_in_a_worker_sees_only_cpu_devices(parent_env, method):
     assert got == [("cpu", ["cpu"])] * 2
 
 
-def test_jax_imported_in_the_parent_before_fork_is_set_to_cpu_in_the_worker(parent_env):
-    """jax reads JAX_PLATFORMS when it is imported: a forked worker's copy already was."""
+@pytest.mark.parametrize("started", [False, True], ids=["imported", "backends_started"])
+def test_jax_of_the_parent_is_set_to_cpu_in_a_forked_worker(parent_env, started):
+    """jax reads JAX_PLATFORMS when it is imported: a forked worker's copy already was.
+
+    Where the parent had started jax's backends (CPU ones here), the worker keeps
+    the copies it inherited and starts none of its own (docs: the limits).
+    """
     parent_env.delenv("JAX_PLATFORMS")  # imported here as the user's process would
-    pytest.importorskip("jax")
-    assert "jax" in sys.modules
+    jax = pytest.importorskip("jax")
+    if started:
+        assert {device.platform for device in jax.devices()} == {"cpu"}
     parent_env.setenv("GRAIN_MP_START_METHOD", "fork")
     got = _through_mp_prefetch(_jax_in_worker, count=2)
     assert got == [("cpu", ["cpu"])] * 2
+    assert "jax" in sys.modules
