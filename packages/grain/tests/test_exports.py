@@ -227,6 +227,14 @@ EXPORTS = {
         "state_to_text",
         "write_state",
     ],
+    "grain_mp.worker_env": [
+        "HIDDEN",
+        "SEE_ACCELERATORS_ENV",
+        "enter_worker",
+        "entry",
+        "for_workers",
+        "workers_see_accelerators",
+    ],
     "grain_sources": [
         "ArrayDataSource",
         "ArrayRecordDataSource",

@@ -55,6 +55,15 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+__all__ = [
+    "HIDDEN",
+    "SEE_ACCELERATORS_ENV",
+    "enter_worker",
+    "entry",
+    "for_workers",
+    "workers_see_accelerators",
+]
+
 SEE_ACCELERATORS_ENV = "GRAIN_WORKERS_SEE_ACCELERATORS"
 """Set to 1 (true, yes, on) in the parent to let workers see its accelerators."""
 
