@@ -8,8 +8,9 @@ worker can take the chips' lock. So every worker process this library starts
 (`mp_prefetch`, the DataLoader's and ElasticIterator's workers, `grain
 convert`'s local workers) sets, before it unpickles or runs any user code:
 
-  JAX_PLATFORMS=cpu        JAX initializes only its CPU backend (no CUDA,
-                           ROCm or TPU client, no libtpu start)
+  JAX_PLATFORMS=cpu        JAX creates only its CPU client: no CUDA, ROCm or
+                           TPU client, which is what holds device memory or
+                           the TPU's lock (a plugin's library may still load)
   CUDA_VISIBLE_DEVICES=""  the CUDA runtime sees no GPU (torch, TensorFlow,
                            CuPy; HIP reads it too)
   HIP_VISIBLE_DEVICES=""   the same for AMD's HIP runtime
