@@ -5,12 +5,15 @@ computes: worker w runs its slice of a pipeline from a state. An executor runs
 those n loops and hands their messages back per worker; the consumer side
 (`grain_mp._mp_parent`) decides the order (round robin), keeps the states and
 applies the error rules, the same for every executor. Messages are those of
-`grain_mp._mp_worker` (ELEMENTS, END, WARNING, ERROR), and DIED: a worker
-that ended without a word, with the error to raise (the executor is stopped).
+`grain_mp._mp_worker` (ELEMENTS, END, WARNING, ERROR), and two of the
+executor's own: FAILED, an error to raise as it is (a worker process that died
+without a word; a worker thread's exception), and CLOSED, close() came from
+another thread while the consumer waited.
 
 Implementations: `grain_mp._process_executor.ProcessExecutor` (worker
-processes, shared memory transport). Threads (`multithread_prefetch`) and the
-DataLoader's and ElasticIterator's reads are to follow on the same interface.
+processes, shared memory transport: mp_prefetch, and through it the DataLoader
+and ElasticIterator) and `grain_mp._multithread.ThreadExecutor` (threads:
+multithread_prefetch).
 
 Example, the life of one run::
 
@@ -25,8 +28,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-# (DIED, error): the worker is gone without a message; the executor stopped itself.
-DIED = "died"
+# (FAILED, error): raise `error` as it is, after stopping the executor.
+FAILED = "failed"
+# (CLOSED,): interrupted by close() from another thread while waiting.
+CLOSED = "closed"
 
 
 class Executor(Protocol):
@@ -40,7 +45,7 @@ class Executor(Protocol):
         ...
 
     def collect(self, index: int) -> tuple[Any, ...]:
-        """Worker `index`'s next message; (DIED, error), stopped, if it died without one."""
+        """Worker `index`'s next message, waiting for it (FAILED or CLOSED included)."""
         ...
 
     def take(self, index: int, payload: Any) -> Any:
@@ -51,6 +56,9 @@ class Executor(Protocol):
         """Stops every worker and releases what they hold; idempotent."""
         ...
 
-    def interrupt(self) -> None:
-        """From another thread: ends the workers so that a waiting `collect` returns."""
+    def interrupt(self) -> list[Any]:
+        """From another thread: ends the workers so that a waiting `collect` returns.
+
+        Returns iterators to interrupt too (see `grain_dataset._guard.interrupt`).
+        """
         ...

@@ -23,7 +23,8 @@ worker's traceback in a note, and stops the others.
 Built by grain-mp only (`process_workers`): mp_prefetch's entry
 (`grain_mp._mp_prefetch`) is one, and the positional readers
 (`grain_mp._loader_positions`) build one over their units; nothing here goes
-back through `IterDataset.mp_prefetch`.
+back through `IterDataset.mp_prefetch`. `PerWorkerIterator` is the merge of
+every executor: multithread_prefetch runs on it with threads.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ import warnings
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset
+from grain_dataset.extension import closed_error
 from grain_mp import _start
-from grain_mp._executor import DIED, Executor
+from grain_mp._executor import CLOSED, FAILED, Executor
 from grain_mp._mp_worker import ELEMENTS, END, WARNING
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._process_executor import ProcessExecutor
@@ -112,7 +114,7 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
         return ProcessExecutor(self, self._options.num_workers)
 
     def __iter__(self) -> DatasetIterator[Any]:
-        return PerWorkerIterator(self)
+        return PerWorkerIterator(self, self._options.num_workers, self._executor())
 
     def __repr__(self) -> str:
         # Named as the user wrote it: statistics and messages show mp_prefetch's workers.
@@ -125,12 +127,14 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
 
 
 class PerWorkerIterator(RoundRobinIterator):
-    """The round robin over an executor's workers, in order, with their states."""
+    """The round robin over `executor`'s `count` workers, in order, with their states.
 
-    def __init__(self, dataset: ProcessWorkersIterDataset):
-        count = dataset._options.num_workers
+    `dataset`'s parent is the pipeline each worker runs (see RoundRobinIterator).
+    """
+
+    def __init__(self, dataset: Any, count: int, executor: Executor):
         super().__init__(dataset, count)
-        self._executor = dataset._executor()
+        self._executor = executor
         # Elements received in a group but not yet returned, per worker.
         self._inbox: list[collections.deque[tuple[Any, Any]]] = [
             collections.deque() for _ in range(count)
@@ -149,8 +153,7 @@ class PerWorkerIterator(RoundRobinIterator):
         self._executor.stop()
 
     def _interrupt_readers(self, readers: list[Any]) -> list[Any]:
-        self._executor.interrupt()
-        return []
+        return self._executor.interrupt()
 
     # -- reading -----------------------------------------------------------------------
 
@@ -185,9 +188,11 @@ class PerWorkerIterator(RoundRobinIterator):
             if kind == WARNING:
                 self._warn_once(message[1])
                 continue
-            if kind == DIED:
+            if kind == FAILED:
                 self._stop()
                 raise message[1]
+            if kind == CLOSED:
+                raise closed_error(self) from None
             self._raise_worker_error(index, message)
         self._stop()
         raise StopIteration

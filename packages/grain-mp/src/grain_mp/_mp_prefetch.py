@@ -36,7 +36,7 @@ from typing import Any
 from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset.extension import PositionalSplit, positional_split
 from grain_mp._loader_positions import LoaderPositionsIterDataset
-from grain_mp._mp_parent import PerWorkerIterator, ProcessWorkersIterDataset
+from grain_mp._mp_parent import ProcessWorkersIterDataset
 from grain_mp._mp_positional import MultiprocessPrefetchIterator
 from grain_mp._options import MultiprocessingOptions
 
@@ -109,8 +109,8 @@ class MultiprocessPrefetchIterDataset(ProcessWorkersIterDataset):
     def __iter__(self) -> DatasetIterator[Any]:
         if self._in_order is not None:
             return MultiprocessPrefetchIterator(self._in_order, self._per_worker_iterator)
-        return PerWorkerIterator(self)
+        return super().__iter__()
 
     def _per_worker_iterator(self) -> DatasetIterator[Any]:
         self._pickle_parent()
-        return PerWorkerIterator(self)
+        return super().__iter__()

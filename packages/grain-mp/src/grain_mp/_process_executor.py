@@ -50,7 +50,7 @@ from typing import Any
 
 from grain_mp import _start
 from grain_mp._ending import end_processes
-from grain_mp._executor import DIED
+from grain_mp._executor import FAILED
 from grain_mp._mp_worker import HELD_BY_CONSUMER, worker_main
 from grain_mp._sweep import parse_segment_name, sweep_dead_segments
 from grain_mp._transport import SegmentReader
@@ -234,13 +234,14 @@ class ProcessExecutor:
             # After the workers: it unlinks every segment they made for us, sent or not.
             reader.close(creator_pids=pids)
 
-    def interrupt(self) -> None:
+    def interrupt(self) -> list[Any]:
         # Only signals: the thread in collect() owns the pipes and sees them end.
         workers = self._workers
         end_processes([worker.process for worker in workers or ()], ask_s=0.0)
+        return []
 
     def collect(self, index: int) -> tuple[Any, ...]:
-        """The next message of worker `index`; (DIED, error), stopped, if it died without one.
+        """The next message of worker `index`; (FAILED, error), stopped, if it died without one.
 
         A blocking read is enough: only the worker holds the write end of its
         pipe (the parent closed its copy, later workers close what they
@@ -281,7 +282,7 @@ class ProcessExecutor:
             + why
             + "The other workers are stopped; restore the last checkpoint to continue."
         )
-        return (DIED, error)
+        return (FAILED, error)
 
     def take(self, index: int, payload: Any) -> Any:
         reader = self._reader
