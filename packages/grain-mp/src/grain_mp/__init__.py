@@ -2,8 +2,11 @@
 
 Layout: the multiprocessing layer, above grain_dataset (which it extends with
 `IterDataset.mp_prefetch` through grain_dataset's hook). `_options` holds
-MultiprocessingOptions; `_mp_prefetch` runs a pipeline in worker processes and
-merges their outputs round robin with an exact state; `_transport` moves
+MultiprocessingOptions; `_mp_prefetch` is mp_prefetch's entry, which plans
+(positional or per worker) and merges the workers' outputs in order with an
+exact state; `_mp_parent` is the per-worker stage and its round robin,
+`_mp_worker` the loop in each worker, `_executor` the interface of who runs
+those loops and `_process_executor` its worker processes; `_transport` moves
 elements' numpy arrays through reused shared memory; `_shm_array` is the public
 SharedMemoryArray; `_sweep` names segments by run and removes those of dead runs;
 `_autotune` picks worker and buffer sizes from a measured sample; `_data_loader`

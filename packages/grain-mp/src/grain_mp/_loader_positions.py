@@ -2,8 +2,9 @@
 
 `LoaderPositionsIterDataset` reads a MapDataset of *units* (one per loader
 position, None where a filter dropped it; see `grain_mp._operations`) with
-``to_iter_dataset(read_options, allow_nones=True)``, followed by
-``mp_prefetch(options)`` when the loader has workers, and hands on the units
+``to_iter_dataset(read_options, allow_nones=True)``, run per worker in
+processes when the loader has workers (`grain_mp._mp_parent.process_workers`,
+mp_prefetch's per-worker execution, built here directly), and hands on the units
 that are not None; with `lists` (units that are lists of items: chunks, a flat
 map's outputs), the items of each, in order. Its state is the number of
 positions consumed, and with `lists` how many items of the next one were
@@ -39,6 +40,7 @@ from grain_dataset.extension import (
     check_state,
     iterator_of,
 )
+from grain_mp._mp_parent import process_workers
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._round_robin import round_robin_state
 
@@ -63,8 +65,8 @@ class LoaderPositionsIterDataset(IterStage):
         worker_init_fn: Any = None,
     ):
         read = units.to_iter_dataset(read_options, allow_nones=True)
-        if options.num_workers:
-            read = read.mp_prefetch(options, worker_init_fn)
+        if options.num_workers:  # grain-mp's own per-worker stage, not the dataset hook
+            read = process_workers(read, options, worker_init_fn)
         super().__init__(read)
         self._units = units
         self._workers = options.num_workers

@@ -26,7 +26,12 @@ stuck in a transformation that never returns cannot be stopped: it stays,
 holding its own copy of the pipeline (not this iterator), until the
 transformation returns. close() from another thread while `next()` waits for
 such a thread makes that `next()` raise the closed-iterator ValueError within
-`POLL_S` (`_interrupt_readers`, see `grain_dataset._guard`).
+`POLL_S` (`ThreadExecutor.interrupt`, see `grain_dataset._guard`).
+
+Engine. The threads are an executor (`grain_mp._executor`): `ThreadExecutor`
+runs the loops, and the consumer is mp_prefetch's per-worker merge
+(`grain_mp._mp_parent.PerWorkerIterator`), so the order, states and error
+rules are the processes' own.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ import threading
 from typing import Any
 
 from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset.extension import POLL_S, closed_error, iter_worker_slice
-from grain_mp._round_robin import RoundRobinIterator
+from grain_dataset.extension import POLL_S, iter_worker_slice
+from grain_mp._executor import CLOSED, FAILED
+from grain_mp._mp_parent import PerWorkerIterator
+from grain_mp._mp_worker import ELEMENTS, END
 
-_ELEMENT, _END, _ERROR = "element", "end", "error"
+_ELEMENT, _END, _ERROR = "element", "end", "error"  # in a thread's queue
 
 
 def multithread_prefetch(
@@ -166,19 +173,23 @@ def _thread_main(
                 iterator.close()
 
 
-class _MultithreadIterator(RoundRobinIterator):
-    _READER = "thread"
+class ThreadExecutor:
+    """Worker loops in threads (`grain_mp._executor.Executor`): one `_Slice` each."""
 
-    def __init__(self, dataset: MultithreadPrefetchIterDataset):
-        super().__init__(dataset, dataset._num_threads)
+    def __init__(self, dataset: MultithreadPrefetchIterDataset, count: int):
+        self._dataset = dataset
+        self._count = count
+        self._boxes: list[_Slice] | None = None
+        # Set by close() from another thread: no wait lasts.
+        self._interrupted = False
 
-    def _start(self) -> list[_Slice]:
+    def start(self, states: Any, ended: Any, options: Any) -> list[_Slice]:
         dataset = self._dataset
         boxes = []
         for index in range(self._count):
             box = _Slice(dataset._buffer_size)
             boxes.append(box)
-            if self._ended[index]:
+            if ended[index]:
                 continue
             thread = threading.Thread(
                 target=_thread_main,
@@ -187,17 +198,18 @@ class _MultithreadIterator(RoundRobinIterator):
                     index,
                     self._count,
                     dataset._sequential_slice,
-                    self._states[index],
+                    states[index],
                     box,
                 ),
                 name=f"grain-multithread-prefetch-{index}",
                 daemon=True,
             )
             thread.start()
+        self._boxes = boxes
         return boxes
 
-    def _stop(self) -> None:
-        boxes, self._readers = self._readers, None
+    def stop(self) -> None:
+        boxes, self._boxes = self._boxes, None
         for box in boxes or ():
             box.stop.set()
             # Read ahead, never returned: the states stay before them.
@@ -205,43 +217,40 @@ class _MultithreadIterator(RoundRobinIterator):
                 while True:
                     box.queue.get_nowait()
 
-    def _interrupt_readers(self, readers: list[_Slice]) -> list[Any]:
-        for box in readers:
+    def interrupt(self) -> list[Any]:
+        self._interrupted = True
+        boxes = self._boxes or []
+        for box in boxes:
             box.stop.set()
         # Their pipelines' own waits (read threads of to_iter_dataset, say) end too.
-        return [box.iterator for box in readers if box.iterator is not None]
+        return [box.iterator for box in boxes if box.iterator is not None]
 
-    def _take(self, box: _Slice) -> tuple[str, Any, Any]:
-        """The next message of `box`'s thread; raises once close() from another thread came."""
+    def collect(self, index: int) -> tuple[Any, ...]:
+        """The next message of thread `index`; CLOSED once close() from another thread came."""
+        box = self._boxes[index]  # type: ignore[index]
         while True:
             try:
-                return box.queue.get(True, POLL_S)
+                kind, payload, state = box.queue.get(True, POLL_S)
+                break
             except queue.Empty:
                 if self._interrupted:
-                    raise closed_error(self) from None
+                    return (CLOSED,)
+        if kind == _ERROR:
+            return (FAILED, payload)
+        if kind == _END:
+            return (END, state)
+        return (ELEMENTS, [(payload, state)])
 
-    def __next__(self) -> Any:
-        if self._readers is None:
-            if all(self._ended):
-                raise StopIteration
-            self._readers = self._started()  # it sets them too; this tells the type checker
-        while not all(self._ended):
-            index = self._next_worker
-            if self._ended[index]:
-                self._next_worker = (index + 1) % self._count
-                continue
-            kind, payload, state = self._take(self._readers[index])
-            if kind == _ERROR:
-                self._stop()
-                raise payload
-            self._states[index] = state
-            self._next_worker = (index + 1) % self._count
-            if kind == _END:
-                self._ended[index] = True
-                continue
-            return payload
-        self._stop()
-        raise StopIteration
+    def take(self, index: int, payload: Any) -> Any:
+        return payload  # the element itself: threads share memory
+
+
+class _MultithreadIterator(PerWorkerIterator):
+    _READER = "thread"
+
+    def __init__(self, dataset: MultithreadPrefetchIterDataset):
+        count = dataset._num_threads
+        super().__init__(dataset, count, ThreadExecutor(dataset, count))
 
     def __repr__(self) -> str:
         return f"MultithreadPrefetchIterator(threads={self._count}, next={self._next_worker})"
