@@ -27,7 +27,8 @@ changed.
 
 Opt out with ``GRAIN_WORKERS_SEE_ACCELERATORS=1`` (in the parent's
 environment, read each time workers start): the workers then inherit the
-parent's environment unchanged, whatever it says. An environment variable,
+parent's values of these variables, whatever they say (also under forkserver,
+whose server may have started with an older environment). An environment variable,
 because it reaches every place workers start from (mp_prefetch, DataLoader,
 ElasticIterator, the conversion engine) without adding arguments to Grain's
 signatures, and is set where deployments are configured, as
@@ -94,19 +95,28 @@ def workers_see_accelerators() -> bool:
     )
 
 
-def for_workers() -> dict[str, str]:
-    """The variables a worker started now sets first: `HIDDEN`, or none when opted out."""
-    return {} if workers_see_accelerators() else dict(HIDDEN)
+def for_workers() -> dict[str, str | None]:
+    """The variables a worker started now sets first (None: unset there).
+
+    `HIDDEN`, or, when opted out, this process's own values of those variables:
+    a forkserver's children inherit the environment the server started with,
+    which may be older than this process's, so the values travel with the call.
+    """
+    if workers_see_accelerators():
+        return {name: os.environ.get(name) for name in HIDDEN}
+    return dict(HIDDEN)
 
 
-def enter_worker(settings: Mapping[str, str]) -> None:
+def enter_worker(settings: Mapping[str, str | None]) -> None:
     """Applies `settings` (from `for_workers`, read in the parent) in a worker process.
 
     Call it first in the worker, before anything of the user's runs there.
     """
-    if not settings:
-        return
-    os.environ.update(settings)
+    for name, value in settings.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     platforms = settings.get("JAX_PLATFORMS")
     jax = sys.modules.get("jax")
     config = getattr(jax, "config", None)
@@ -116,7 +126,9 @@ def enter_worker(settings: Mapping[str, str]) -> None:
         config.update("jax_platforms", platforms)
 
 
-def _run(settings: Mapping[str, str], target: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _run(
+    settings: Mapping[str, str | None], target: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
     enter_worker(settings)
     return target(*args, **kwargs)
 
