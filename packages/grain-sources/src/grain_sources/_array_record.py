@@ -63,14 +63,20 @@ def cpp_reader() -> Any:
     return ArrayRecordReader
 
 
-def _local_fallback() -> None:
-    """Checks that our reader can read local files, and says once that it does."""
+def _local_fallback(paths: Any) -> None:
+    """Checks `paths` and that our reader can read local files; says once that it does.
+
+    `expand` checks the paths as the C++ path does (with Grain's wording) before
+    our reader takes them as URLs of the local filesystem.
+    """
+    expand(paths)
     try:
         import fsspec  # noqa: F401  (the local filesystem our reader reads through)
     except ImportError:
         raise ImportError(
             f"reading local ArrayRecord files needs array_record (not installed): "
-            f"{INSTALL_EXTENSION}."
+            f"{INSTALL_EXTENSION}.",
+            name="array_record",
         ) from None
     _log_fallback()
 
@@ -160,7 +166,7 @@ class ArrayRecordDataSource:
                 from grain_sources._array_record_remote import RemoteArrayRecordDataSource
 
                 if not (urls or filesystem is not None):
-                    _local_fallback()
+                    _local_fallback(paths)
                 return super().__new__(RemoteArrayRecordDataSource)
         return super().__new__(cls)
 
@@ -225,7 +231,8 @@ class ArrayRecordDataSource:
         reader_class = cpp_reader()
         if reader_class is None:  # unpickled where the extension is missing
             raise ImportError(
-                f"reading {path!r} with the C++ reader needs array_record: " + INSTALL_EXTENSION
+                f"reading {path!r} with the C++ reader needs array_record: " + INSTALL_EXTENSION,
+                name="array_record",
             )
         try:
             reader = reader_class(path, self._options)

@@ -67,7 +67,8 @@ def write_array_record(
         from array_record.python.array_record_module import ArrayRecordWriter
     except ImportError as error:
         raise ImportError(
-            f"write_array_record needs array_record's C++ writer: {INSTALL_EXTENSION}."
+            f"write_array_record needs array_record's C++ writer: {INSTALL_EXTENSION}.",
+            name="array_record",
         ) from error
     if isinstance(num_shards, bool) or not hasattr(num_shards, "__index__"):
         raise TypeError(f"`num_shards` must be an integer >= 1, got {num_shards!r}.")
