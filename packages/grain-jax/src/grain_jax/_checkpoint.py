@@ -40,8 +40,8 @@ import jax
 try:
     import orbax.checkpoint as ocp
 except ModuleNotFoundError as error:
-    if (error.name or "").partition(".")[0] not in ("orbax", "tensorstore"):
-        raise
+    if (error.name or "").partition(".")[0] != "orbax":
+        raise  # orbax is there but broken (e.g. tensorstore missing): that error, unchanged
     # An ImportError, not ModuleNotFoundError: grain's JAX-extra hint must not replace it.
     raise ImportError(
         "grain's Orbax handler (CheckpointSave, CheckpointRestore, CheckpointHandler) needs "
