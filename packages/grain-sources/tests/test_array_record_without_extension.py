@@ -16,14 +16,13 @@ from __future__ import annotations
 import importlib.util
 import pickle
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from grain_sources import ArrayRecordDataSource, _array_record, write_array_record
 from grain_sources._array_record_remote import RemoteArrayRecordDataSource
-
-pytest.importorskip("fsspec", reason="our ArrayRecord reader reads local files through fsspec")
 
 if importlib.util.find_spec("cramjam") is None:
     pytest.importorskip("backports.zstd", reason="the fixture's chunks are zstd-compressed")
@@ -40,7 +39,9 @@ def no_extension(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("no_extension")
-def test_local_files_are_read_by_our_reader():
+def test_local_files_are_read_by_our_reader(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setitem(sys.modules, "fsspec", None)  # local reads need no fsspec
+    threads = threading.active_count()
     source = ArrayRecordDataSource(str(FIXTURE))
     assert isinstance(source, RemoteArrayRecordDataSource)
     assert len(source) == len(RECORDS)
@@ -49,6 +50,8 @@ def test_local_files_are_read_by_our_reader():
     assert list(source) == RECORDS
     clone = pickle.loads(pickle.dumps(source))
     assert clone[42] == RECORDS[42]
+    # Positional reads in the calling thread: a later fork finds no thread of ours.
+    assert threading.active_count() == threads
 
 
 @pytest.mark.usefixtures("no_extension")

@@ -18,7 +18,7 @@ parent opened (their file offsets would be shared).
 Without the C++ extension: array-record has no wheel for free-threaded CPython,
 so it is an extra (``grain-sources[arrayrecord]``). Where it does not import,
 local files are read like URLs, by our own reader of the format
-(`_array_record_remote`) through fsspec's local filesystem; writing still needs
+(`_array_record_remote`) with positional reads (`_local_files`); writing still needs
 the extension (`write_array_record` says so). See docs/freethreaded.md.
 """
 
@@ -48,7 +48,7 @@ _log = logging.getLogger(__name__)
 
 INSTALL_EXTENSION = (
     "pip install 'grain-sources[arrayrecord]' (array-record has no wheel for free-threaded "
-    "CPython; there, local files are read by grain's own reader: "
+    "CPython; there, local files are read by grain's own reader, whose zstd chunks need "
     "pip install 'grain-sources[arrayrecord-pure]')"
 )
 
@@ -64,20 +64,8 @@ def cpp_reader() -> Any:
 
 
 def _local_fallback(paths: Any) -> None:
-    """Checks `paths` and that our reader can read local files; says once that it does.
-
-    `expand` checks the paths as the C++ path does (with Grain's wording) before
-    our reader takes them as URLs of the local filesystem.
-    """
+    """Checks `paths` as the C++ path does (with Grain's wording); says once who reads them."""
     expand(paths)
-    try:
-        import fsspec  # noqa: F401  (the local filesystem our reader reads through)
-    except ImportError:
-        raise ImportError(
-            f"reading local ArrayRecord files needs array_record (not installed): "
-            f"{INSTALL_EXTENSION}.",
-            name="array_record",
-        ) from None
     _log_fallback()
 
 
