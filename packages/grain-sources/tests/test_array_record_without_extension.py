@@ -34,7 +34,9 @@ RECORDS = [b"record-%03d" % i * (1 + i % 5) for i in range(64)]
 @pytest.fixture
 def no_extension(monkeypatch: pytest.MonkeyPatch) -> None:
     """array_record does not import, as on free-threaded CPython."""
-    monkeypatch.setitem(sys.modules, "array_record", None)
+    # Every level: an import looks up the full dotted name in sys.modules first.
+    for name in ("array_record", "array_record.python", "array_record.python.array_record_module"):
+        monkeypatch.setitem(sys.modules, name, None)
     monkeypatch.setattr(_array_record, "cpp_reader", lambda: None)
 
 
