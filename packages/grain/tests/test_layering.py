@@ -7,7 +7,8 @@ other tests) can hide or fake a violation. Rules checked:
   * a layer never loads a module of a layer above it, nor any `grain*` module
     that it does not depend on (DESIGN.md's table);
   * each distribution declares exactly the dependencies of that table, and
-    `grain` declares grain-jax in its `jax` extra only;
+    `grain` declares grain-jax in its `jax` extra only; array-record and
+    orbax-checkpoint are extras (no free-threaded wheel);
   * `grain_index` adds nothing but the standard library and numpy;
   * jax, orbax (and, for `grain`, tensorflow and torch) are imported lazily,
     never at package import time.
