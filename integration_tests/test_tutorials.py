@@ -66,10 +66,27 @@ def _run(command, cwd):
     )
     took = time.monotonic() - started
     report = f"({took:.1f} s)\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+    if done.returncode != 0:
+        _skip_where_no_wheel(done.stderr)
     assert done.returncode == 0, report
     assert "Traceback" not in done.stderr, report
     assert "Exception ignored" not in done.stderr, report
     assert done.stdout.strip(), report
+
+
+# Modules without a free-threaded (cp313t) wheel; see docs/freethreaded.md.
+# tensorflow_datasets is left out of that environment with tensorflow, which has none.
+_NO_FREE_THREADED_WHEEL = ("array_record", "orbax", "tensorstore", "tensorflow_datasets")
+
+
+def _skip_where_no_wheel(stderr):
+    """On free-threaded CPython, skips a page that stopped for a module it cannot have."""
+    if getattr(sys, "_is_gil_enabled", lambda: True)():
+        return
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    for name in _NO_FREE_THREADED_WHEEL:
+        if f"No module named '{name}" in last or f"needs {name}" in last:
+            pytest.skip(f"needs {name}, which has no free-threaded wheel: {last}")
 
 
 def test_there_are_tutorials():
@@ -324,6 +341,14 @@ def _messages(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.xfail(
+    not getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="3.13t: mp_prefetch forks while this process runs threads, and Python 3.12+ "
+    "warns (DeprecationWarning, an error here); threads are to replace processes on "
+    "free-threaded builds (issue 30, threads as workers)",
+    raises=DeprecationWarning,
+    strict=True,
+)
 def test_troubleshooting_quotes_real_messages(tmp_path, monkeypatch):
     import jax
 

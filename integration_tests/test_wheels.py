@@ -54,6 +54,7 @@ GOOGLE_GRAIN = "grain==0.2.18"
 CLOSURE = {
     "grain-index": {"grain-index"},
     "grain-sources": {"grain-sources"},
+    "grain-sources[arrayrecord]": {"grain-sources"},
     "grain-dataset": {"grain-index", "grain-sources", "grain-dataset"},
     "grain-mp": {"grain-index", "grain-sources", "grain-dataset", "grain-mp"},
     "grain-jax": {"grain-index", "grain-sources", "grain-dataset", "grain-jax"},
@@ -124,7 +125,23 @@ assert sorted(keys[:10]) == sorted(keys[10:]) == list(range(10)), keys
 loaded = sorted(m for m in sys.modules if m.startswith("grain") and not m.startswith("grain_index"))
 assert not loaded, loaded
 """,
+    # Without its `arrayrecord` extra (as on free-threaded CPython, where array-record has
+    # no wheel): the package imports, and ArrayRecord names the extras to install.
     "grain-sources": """
+import grain_sources
+fixture = root / "packages" / "grain-sources" / "tests" / "data" / "small.array_record"
+for call in (
+    lambda: grain_sources.write_array_record([b"a"], "r.array_record"),
+    lambda: grain_sources.ArrayRecordDataSource(str(fixture)),
+):
+    try:
+        call()
+    except ImportError as error:
+        assert "grain-sources[arrayrecord]" in str(error), error
+    else:
+        raise AssertionError("ArrayRecord worked without array-record or fsspec")
+""",
+    "grain-sources[arrayrecord]": """
 import tempfile, grain_sources
 with tempfile.TemporaryDirectory() as tmp:
     grain_sources.write_array_record([b"a", b"bb", b"ccc"], tmp + "/r.array_record")
@@ -272,7 +289,7 @@ def _pip_install(python, wheels, requirement, cwd, *options):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("layer", [*LAYERS, "grainline[jax]"])
+@pytest.mark.parametrize("layer", [*LAYERS, "grain-sources[arrayrecord]", "grainline[jax]"])
 def test_layer_installs_from_wheels_and_runs_a_pipeline(layer, wheels, tmp_path):
     project, _, extra = layer.partition("[")
     python = _venv(tmp_path)

@@ -17,14 +17,22 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
-from grain_dataset import Batch, MapDataset, MapTransform, without_fingerprint
-from grain_index import IndexSampler, NoSharding
-from grain_jax import _checkpoint
-from grain_jax._checkpoint import CheckpointHandler, CheckpointRestore, CheckpointSave
-from grain_mp import DataLoader, MultiprocessingOptions
+# Before grain_jax._checkpoint, which needs orbax too.
+ocp = pytest.importorskip(
+    "orbax.checkpoint", reason="orbax-checkpoint needs tensorstore (no free-threaded wheel)"
+)
+
+from grain_dataset import Batch, MapDataset, MapTransform, without_fingerprint  # noqa: E402
+from grain_index import IndexSampler, NoSharding  # noqa: E402
+from grain_jax import _checkpoint  # noqa: E402
+from grain_jax._checkpoint import (  # noqa: E402
+    CheckpointHandler,
+    CheckpointRestore,
+    CheckpointSave,
+)
+from grain_mp import DataLoader, MultiprocessingOptions  # noqa: E402
 
 # Orbax runs its save/restore work on threads; workers are processes.
 pytestmark = pytest.mark.timeout(120)

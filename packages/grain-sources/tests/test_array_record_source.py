@@ -17,10 +17,13 @@ import threading
 
 import numpy as np
 import pytest
-from array_record.python.array_record_module import ArrayRecordWriter
 
 import grain
 from grain_sources import ArrayRecordDataSource, RandomAccessDataSource
+
+ArrayRecordWriter = pytest.importorskip(
+    "array_record.python.array_record_module", reason="array-record has no free-threaded wheel"
+).ArrayRecordWriter
 
 # Records per file of the multi-file fixture: unequal sizes, an empty file in the middle,
 # and two files large enough for a whole-file request to take the read(list) path (>= 512).

@@ -519,6 +519,12 @@ print(json.dumps({"sizes": sizes, "before": before, "after": after, "mapped": ma
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.skipif(
+    not getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="free-threaded CPython keeps freed memory resident (mimalloc, delayed frees): "
+    "ten transient 1 MB bytes grow RssAnon by ~6 MB there (1 MB with the GIL), so RssAnon "
+    "cannot tell a mapping from copies",
+)
 def test_unrelated_reader_maps_the_segment_without_a_copy_and_leaves_it(no_new_segments):
     size, count = 1_000_000, 10
     src = SharedMemoryDataSource([bytes([i]) * size for i in range(count)])

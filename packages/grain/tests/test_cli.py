@@ -1,5 +1,6 @@
 """The `grain` command: the demo runs its checks and exit codes are reliable."""
 
+import importlib.util
 import io
 import subprocess
 import sys
@@ -13,7 +14,13 @@ from grain import _cli_demo, _cli_inspect
 from grain._cli import main
 from grain._cli_common import ProgressBar, format_bytes, format_rate, tree_nbytes
 
+needs_array_record = pytest.mark.skipif(
+    importlib.util.find_spec("array_record") is None,
+    reason="the demo writes ArrayRecord files: array-record has no free-threaded wheel",
+)
 
+
+@needs_array_record
 @pytest.mark.timeout(120)  # it starts worker processes and device_put threads
 def test_demo_runs_and_passes_its_checks(capsys):
     assert main(["demo", "--num-records", "5000"]) == 0
@@ -38,6 +45,7 @@ def test_demo_runs_and_passes_its_checks(capsys):
     assert "k records/s" in out
 
 
+@needs_array_record
 @pytest.mark.timeout(120)  # worker processes
 @pytest.mark.parametrize("missing", ["jax", "orbax"])
 def test_demo_works_without_jax_or_orbax(capsys, monkeypatch, missing):
@@ -68,6 +76,7 @@ def test_the_workers_verdict_says_why_when_they_are_slower():
     assert "\n" not in slower
 
 
+@needs_array_record
 def test_demo_exits_1_when_a_check_fails(capsys, monkeypatch):
     monkeypatch.setattr(_cli_demo, "_load_jax", lambda: None)
     # A restore that restores nothing: the "continuation" starts from the beginning.

@@ -676,9 +676,13 @@ class _InterleaveIterator(DatasetIterator[Any]):
                 self._pool = None
 
     def __del__(self) -> None:
-        # At interpreter exit module globals may already be gone: stay silent.
-        with contextlib.suppress(Exception):
+        # At interpreter exit module globals may already be gone (free-threaded CPython
+        # finalizes these after its modules are cleared): stay silent, with no global
+        # here (not contextlib.suppress, which is one).
+        try:  # noqa: SIM105
             self.close()
+        except Exception:
+            pass
 
     def __repr__(self) -> str:
         return (

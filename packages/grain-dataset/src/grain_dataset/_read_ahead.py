@@ -42,7 +42,6 @@ thread (the closed-iterator ValueError, within `POLL_S`).
 from __future__ import annotations
 
 import collections
-import contextlib
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -503,9 +502,13 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._pool = None
 
     def __del__(self) -> None:
-        # At interpreter exit module globals may already be gone: stay silent.
-        with contextlib.suppress(Exception):
+        # At interpreter exit module globals may already be gone (free-threaded CPython
+        # finalizes these after its modules are cleared): stay silent, with no global
+        # here (not contextlib.suppress, which is one).
+        try:  # noqa: SIM105
             self.close()
+        except Exception:
+            pass
 
     def __repr__(self) -> str:
         return f"PrefetchDatasetIterator(next_index={self._next}, length={self._length})"

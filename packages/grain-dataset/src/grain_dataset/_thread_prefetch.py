@@ -468,9 +468,13 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
         self._parent.close()
 
     def __del__(self) -> None:
-        # At interpreter exit module globals may already be gone: stay silent.
-        with contextlib.suppress(Exception):
+        # At interpreter exit module globals may already be gone (free-threaded CPython
+        # finalizes these after its modules are cleared): stay silent, with no global
+        # here (not contextlib.suppress, which is one).
+        try:  # noqa: SIM105
             self.close()
+        except Exception:
+            pass
 
     def __repr__(self) -> str:
         return f"ThreadPrefetchDatasetIterator(prefetch_buffer_size={self._buffer_size})"

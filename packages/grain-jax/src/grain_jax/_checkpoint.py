@@ -25,6 +25,9 @@ another shape, raises a ValueError naming the file and the mismatch instead of
 resuming somewhere else.
 
 This module imports orbax and jax; `import grain_jax` does not import it.
+orbax-checkpoint is the `orbax` extra of grain-jax: it needs tensorstore, which
+has no wheel for free-threaded CPython, so there this module raises an
+ImportError that says so (see docs/freethreaded.md).
 """
 
 from __future__ import annotations
@@ -33,7 +36,20 @@ import dataclasses
 from typing import Any
 
 import jax
-import orbax.checkpoint as ocp
+
+try:
+    import orbax.checkpoint as ocp
+except ModuleNotFoundError as error:
+    if (error.name or "").partition(".")[0] != "orbax":
+        raise  # orbax is there but broken (e.g. tensorstore missing): that error, unchanged
+    # An ImportError, not ModuleNotFoundError: grain's JAX-extra hint must not replace it.
+    raise ImportError(
+        "grain's Orbax handler (CheckpointSave, CheckpointRestore, CheckpointHandler) needs "
+        f"orbax-checkpoint (no module named {error.name!r}): pip install 'grain-jax[orbax]'. "
+        "orbax-checkpoint needs tensorstore, which has no wheel for free-threaded CPython; "
+        "there, save the iterator's state with DatasetIterator.save or get_state().",
+        name="orbax",
+    ) from None
 
 from grain_dataset.extension import read_state_into, state_to_text, write_state
 

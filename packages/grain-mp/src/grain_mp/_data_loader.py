@@ -736,11 +736,15 @@ class DataLoaderIterator(Iterator[Any]):
         self.close()
 
     def __del__(self) -> None:
-        # At interpreter exit module globals may already be gone: stay silent.
-        with contextlib.suppress(Exception):
+        # At interpreter exit module globals may already be gone (free-threaded CPython
+        # finalizes these after its modules are cleared): stay silent, with no global
+        # outside the try (not contextlib.suppress, which is one).
+        try:
             if sys.is_finalizing():
                 return
             self._drop()
+        except Exception:
+            pass
 
     def __repr__(self) -> str:
         saved = self._saved

@@ -16,7 +16,6 @@ there while `next()` waits on them (see `grain_dataset._guard`).
 from __future__ import annotations
 
 import abc
-import contextlib
 import json
 import sys
 from typing import Any
@@ -156,8 +155,12 @@ class RoundRobinIterator(DatasetIterator[Any]):
         self._stop()
 
     def __del__(self) -> None:
-        # At interpreter exit module globals may already be gone: stay silent.
-        with contextlib.suppress(Exception):
+        # At interpreter exit module globals may already be gone (free-threaded CPython
+        # finalizes these after its modules are cleared): stay silent, with no global
+        # outside the try (not contextlib.suppress, which is one).
+        try:
             if sys.is_finalizing():
                 return
             self._stop()
+        except Exception:
+            pass

@@ -1,10 +1,11 @@
 """grain_sources: what grain pipelines read from.
 
-Layout: the source layer. It imports numpy and array_record (pyarrow,
-google-crc32c, fsspec and cramjam only as optional extras), never another grain
-package. `_protocol` holds the RandomAccessDataSource contract and
-`reads_in_batches`, the one place that decides whether a source may be read
-with `__getitems__` (only where its class declares `batched_reads`); each
+Layout: the source layer. It imports numpy (array_record, pyarrow,
+google-crc32c, fsspec, cramjam and backports.zstd only as optional extras:
+array_record has no free-threaded wheel), never another grain package.
+`_protocol` holds the RandomAccessDataSource contract and `reads_in_batches`,
+the one place that decides whether a source may be read with `__getitems__`
+(only where its class declares `batched_reads`); each
 random-access source lives in a module of its own (`_array_record`, `_range`,
 `_shared_memory`; `_array_record_remote` for URLs, over `_array_record_index`,
 `_riegeli`, `_highwayhash` and the range-read layer `_object_store`);

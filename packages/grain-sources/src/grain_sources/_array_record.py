@@ -14,27 +14,71 @@ whose per-record cost is lower once that set-up is paid.
 Processes: the source pickles as its paths and record counts. Readers open
 lazily in the process that reads, and a fork child never touches readers its
 parent opened (their file offsets would be shared).
+
+Without the C++ extension: array-record has no wheel for free-threaded CPython,
+so it is an extra (``grain-sources[arrayrecord]``). Where it does not import,
+local files are read like URLs, by our own reader of the format
+(`_array_record_remote`) with positional reads (`_local_files`); writing still needs
+the extension (`write_array_record` says so). See docs/freethreaded.md.
 """
 
 from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import os
+import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from array_record.python.array_record_module import ArrayRecordReader
 
 from grain_sources._checks import UnreadableFileError, record_index, record_indices
 from grain_sources._file_index import by_file, locate
 from grain_sources._object_store import RetryPolicy, is_url
 from grain_sources._paths import PathLike, expand
 
+if TYPE_CHECKING:
+    from array_record.python.array_record_module import ArrayRecordReader
+
 _log = logging.getLogger(__name__)
+
+INSTALL_EXTENSION = (
+    "pip install 'grain-sources[arrayrecord]' (array-record has no wheel for free-threaded "
+    "CPython; there, local files are read by grain's own reader, whose zstd chunks need "
+    "pip install 'grain-sources[arrayrecord-pure]')"
+)
+
+
+@functools.cache
+def cpp_reader() -> Any:
+    """array_record's ArrayRecordReader class, or None where the extension does not import."""
+    try:
+        from array_record.python.array_record_module import ArrayRecordReader
+    except ImportError:
+        return None
+    return ArrayRecordReader
+
+
+def _local_fallback(paths: Any) -> None:
+    """Checks `paths` as the C++ path does (with Grain's wording); says once who reads them."""
+    expand(paths)
+    _log_fallback()
+
+
+@functools.cache
+def _log_fallback() -> None:
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    # On a GIL build the extension is only missing by choice; say what it costs.
+    (_log.warning if gil else _log.info)(
+        "array_record does not import: local ArrayRecord files are read by grain's own "
+        "reader of the format (slower per record than the C++ reader); for the C++ reader: %s.",
+        INSTALL_EXTENSION,
+    )
+
 
 DEFAULT_READER_OPTIONS = "readahead_buffer_size:0,max_parallelism:0"
 """Random-access reader options: no read-ahead, no reader thread pool (both slow
@@ -106,9 +150,11 @@ class ArrayRecordDataSource:
         if cls is ArrayRecordDataSource and paths is not None:
             listed = [paths] if isinstance(paths, str | os.PathLike) else paths
             urls = isinstance(listed, Sequence) and any(is_url(path) for path in listed)
-            if urls or filesystem is not None:
+            if urls or filesystem is not None or cpp_reader() is None:
                 from grain_sources._array_record_remote import RemoteArrayRecordDataSource
 
+                if not (urls or filesystem is not None):
+                    _local_fallback(paths)
                 return super().__new__(RemoteArrayRecordDataSource)
         return super().__new__(cls)
 
@@ -170,8 +216,14 @@ class ArrayRecordDataSource:
             _close(reader)
 
     def _open(self, path: str) -> ArrayRecordReader:
+        reader_class = cpp_reader()
+        if reader_class is None:  # unpickled where the extension is missing
+            raise ImportError(
+                f"reading {path!r} with the C++ reader needs array_record: " + INSTALL_EXTENSION,
+                name="array_record",
+            )
         try:
-            reader = ArrayRecordReader(path, self._options)
+            reader = reader_class(path, self._options)
         except ValueError as error:
             raise ValueError(f"bad `reader_options` {self._options!r}: {error}") from None
         if not reader.ok():

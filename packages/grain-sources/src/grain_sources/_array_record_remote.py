@@ -35,6 +35,7 @@ from grain_sources._array_record import ArrayRecordDataSource
 from grain_sources._array_record_index import FileIndex, open_index
 from grain_sources._checks import record_index, record_indices
 from grain_sources._file_index import by_file, locate
+from grain_sources._local_files import LocalFiles
 from grain_sources._object_store import ObjectStore, RetryPolicy, default_store, protocol_of
 from grain_sources._paths import expand_urls
 
@@ -111,7 +112,11 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
                 "store; mix sources with grain.MapDataset.mix or concatenate."
             )
         protocol = protocols.pop() if protocols else "file"
-        if filesystem is None and retry is None:
+        self._store: Any
+        if protocol == "file" and filesystem is None and retry is None:
+            # Local paths (array_record missing): positional reads, no fsspec, no thread.
+            self._store = LocalFiles()
+        elif filesystem is None and retry is None:
             self._store = default_store(protocol)
         else:
             self._store = ObjectStore(protocol, filesystem=filesystem, retry=retry)
@@ -242,8 +247,8 @@ class RemoteArrayRecordDataSource(ArrayRecordDataSource):
                 ahead.cancel()
 
     @property
-    def store(self) -> ObjectStore:
-        """The range-read layer this source reads through."""
+    def store(self) -> Any:
+        """The range-read layer this source reads through (`LocalFiles` for local paths)."""
         return self._store
 
     def close(self) -> None:

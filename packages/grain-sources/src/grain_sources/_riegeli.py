@@ -19,6 +19,7 @@ and range reads from object stores.
 
 from __future__ import annotations
 
+import importlib
 import struct
 from typing import Any
 
@@ -169,6 +170,20 @@ def read_varint(data: Any, position: int = 0) -> tuple[int, int]:
             return value, position
 
 
+def _zstd_module() -> Any:
+    """PEP 784's zstd module (3.14's `compression.zstd`, or `backports.zstd`), or None.
+
+    cramjam has no free-threaded wheel; backports.zstd has, so zstd chunks (the
+    ArrayRecord default) decode there without cramjam.
+    """
+    for name in ("compression.zstd", "backports.zstd"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    return None
+
+
 def _decompress(kind: int, buffer: memoryview) -> bytes:
     if kind == 0:
         return bytes(buffer)
@@ -177,19 +192,26 @@ def _decompress(kind: int, buffer: memoryview) -> bytes:
     try:
         import cramjam
     except ImportError as error:
-        raise ImportError(
-            f"{_COMPRESSIONS.get(kind, kind)}-compressed ArrayRecord chunks need cramjam: "
-            + _INSTALL
-        ) from error
-    codecs = {
-        ord("z"): cramjam.zstd.decompress,
-        ord("b"): cramjam.brotli.decompress,
-        ord("s"): cramjam.snappy.decompress_raw,
-    }
-    try:
-        result = bytes(codecs[kind](body, output_len=size))
-    except cramjam.DecompressionError as error:
-        raise ValueError(f"{_COMPRESSIONS[kind]} data does not decompress: {error}") from None
+        zstd = _zstd_module() if kind == ord("z") else None
+        if zstd is None:
+            raise ImportError(
+                f"{_COMPRESSIONS.get(kind, kind)}-compressed ArrayRecord chunks need cramjam: "
+                + _INSTALL
+            ) from error
+        try:
+            result = zstd.decompress(body)
+        except zstd.ZstdError as error:
+            raise ValueError(f"zstd data does not decompress: {error}") from None
+    else:
+        codecs = {
+            ord("z"): cramjam.zstd.decompress,
+            ord("b"): cramjam.brotli.decompress,
+            ord("s"): cramjam.snappy.decompress_raw,
+        }
+        try:
+            result = bytes(codecs[kind](body, output_len=size))
+        except cramjam.DecompressionError as error:
+            raise ValueError(f"{_COMPRESSIONS[kind]} data does not decompress: {error}") from None
     if len(result) != size:
         raise ValueError(f"decompressed {len(result)} bytes, the chunk says {size}")
     return result

@@ -3,6 +3,9 @@
 Records are written with ``group_size:1`` so that every record can be read on
 its own. A write goes to temporary names first and is renamed only when every
 shard is complete, so an error never leaves a partial dataset behind.
+
+Writing needs array_record's C++ writer (``grain-sources[arrayrecord]``); it is
+imported when a write starts, so that the package imports without it.
 """
 
 from __future__ import annotations
@@ -14,8 +17,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from array_record.python.array_record_module import ArrayRecordWriter
-
+from grain_sources._array_record import INSTALL_EXTENSION
 from grain_sources._paths import PathLike, shard_name
 from grain_sources._progress import Progress
 
@@ -59,7 +61,15 @@ def write_array_record(
     Raises:
       TypeError: a record is not bytes (its position and type are named).
       FileNotFoundError: the directory of `path` does not exist.
+      ImportError: array_record (the C++ writer) is not installed.
     """
+    try:
+        from array_record.python.array_record_module import ArrayRecordWriter
+    except ImportError as error:
+        raise ImportError(
+            f"write_array_record needs array_record's C++ writer: {INSTALL_EXTENSION}.",
+            name="array_record",
+        ) from error
     if isinstance(num_shards, bool) or not hasattr(num_shards, "__index__"):
         raise TypeError(f"`num_shards` must be an integer >= 1, got {num_shards!r}.")
     num_shards = operator.index(num_shards)
@@ -80,7 +90,7 @@ def write_array_record(
     # Unique per call, so concurrent writes of one path never share a temporary file.
     suffix = f".tmp-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     temps = [final + suffix for final in finals]
-    writers: list[ArrayRecordWriter] = []
+    writers: list[Any] = []
     meter = Progress(f"writing {path}", progress)
     try:
         for temp in temps:

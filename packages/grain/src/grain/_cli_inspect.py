@@ -18,11 +18,11 @@ import re
 from typing import Any
 
 import numpy as np
-from array_record.python.array_record_module import ArrayRecordReader
 
 import grain
 import grain_sources
 from grain import _convert_manifest
+from grain._array_record_ext import array_record_module
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes
 
 SUMMARY = "show the record counts, size, writer options and first records of ArrayRecord files"
@@ -124,7 +124,9 @@ def _check_signature(path: str) -> None:
 
 
 def _writer_options(path: str) -> str:
-    reader = ArrayRecordReader(path, "readahead_buffer_size:0,max_parallelism:0")
+    reader = array_record_module("`grain inspect` of an ArrayRecord file").ArrayRecordReader(
+        path, "readahead_buffer_size:0,max_parallelism:0"
+    )
     try:
         return reader.writer_options_string()
     finally:
@@ -279,7 +281,9 @@ def _check_manifest(path: str) -> None:
 
 
 def _count(path: str) -> int:
-    reader = ArrayRecordReader(path, "readahead_buffer_size:0,max_parallelism:0")
+    reader = array_record_module("`grain inspect` of an ArrayRecord file").ArrayRecordReader(
+        path, "readahead_buffer_size:0,max_parallelism:0"
+    )
     try:
         return reader.num_records()
     finally:

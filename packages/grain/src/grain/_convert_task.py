@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from array_record.python.array_record_module import ArrayRecordReader, ArrayRecordWriter
 
+from grain._array_record_ext import array_record_module
 from grain._convert_errors import ConversionError
 from grain._convert_plan import write_json
 from grain._convert_read import WHERE, decode_json_line, read_piece, row_encoder
@@ -80,7 +80,9 @@ def run_shard(
     lengths: list[int] = []
     count = 0
     record_bytes = 0
-    writer = ArrayRecordWriter(temp, settings["writer_options"])
+    writer = array_record_module("writing ArrayRecord files").ArrayRecordWriter(
+        temp, settings["writer_options"]
+    )
     try:
         if not writer.ok():
             raise ConversionError(f"cannot write {temp}: check permissions and free space")
@@ -182,7 +184,9 @@ def _records(
 
 def file_checksum(path: str) -> tuple[int, str]:
     """The record count and the records' checksum of the ArrayRecord file at `path`."""
-    reader = ArrayRecordReader(path, "max_parallelism:1")
+    reader = array_record_module("reading ArrayRecord files").ArrayRecordReader(
+        path, "max_parallelism:1"
+    )
     try:
         count = reader.num_records()
         checksum = record_checksum()
