@@ -70,12 +70,11 @@ LAYERS = tuple(name.replace("-", "_") for name in DEPENDENCIES)
 PUBLISHED = {"grain": "grainline"}
 # Extras that add a layer: `pip install "grainline[jax]"`. The names grain takes from an
 # optional layer are imported lazily (grain._jax_extra), so `import grain` works without it.
-# `arrayrecord` and `arrayrecord-pure` name grain-sources (a dependency anyway) to turn on
-# its extras of the same names.
+# `arrayrecord-pure` names grain-sources (a dependency anyway) to turn on its extra of the
+# same name.
 OPTIONAL_LAYERS = {
     "grain": {
         "jax": {"grain-jax"},
-        "arrayrecord": {"grain-sources"},
         "arrayrecord-pure": {"grain-sources"},
     }
 }

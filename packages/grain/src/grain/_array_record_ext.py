@@ -1,7 +1,7 @@
 """array_record's C++ module, imported when a command needs it.
 
-array-record is an extra (`grainline[arrayrecord]`): it has no wheel for
-free-threaded CPython, where `import grain` and the `grain` command must still
+array-record comes with `grainline` (grain-sources' `arrayrecord` extra); it has
+no wheel for free-threaded CPython, where `import grain` and the `grain` command must still
 work. `grain convert` (which writes ArrayRecord files) and `grain inspect` of an
 ArrayRecord file import it through here, and say what to install when it is missing.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 INSTALL_HINT = (
-    "pip install 'grainline[arrayrecord]' (array-record has no wheel for free-threaded CPython)"
+    "pip install 'grain-sources[arrayrecord]' (array-record has no wheel for free-threaded CPython)"
 )
 
 
