@@ -194,9 +194,15 @@ def _decompress(kind: int, buffer: memoryview) -> bytes:
     except ImportError as error:
         zstd = _zstd_module() if kind == ord("z") else None
         if zstd is None:
+            fix = (
+                # zstd is ArrayRecord's default: the C++ reader, or a zstd module, reads it.
+                "pip install 'grain-sources[arrayrecord]' (the C++ reader) or "
+                "'grain-sources[arrayrecord-pure]' (zstd for this reader), or " + _INSTALL
+                if kind == ord("z")
+                else _INSTALL
+            )
             raise ImportError(
-                f"{_COMPRESSIONS.get(kind, kind)}-compressed ArrayRecord chunks need cramjam: "
-                + _INSTALL
+                f"{_COMPRESSIONS.get(kind, kind)}-compressed ArrayRecord chunks need cramjam: {fix}"
             ) from error
         try:
             result = zstd.decompress(body)
