@@ -83,9 +83,10 @@ def _start_quietly(process: multiprocessing.process.BaseProcess) -> None:
     """Starts a worker, silencing JAX's fork warning.
 
     JAX registers an at-fork hook that warns whenever a process forks after
-    jax is imported. Our forked workers run only the data pipeline and never
-    touch jax's runtime, which is the case that warning is about; a pipeline
-    that does call jax in its workers should set GRAIN_MP_START_METHOD=spawn.
+    jax is imported. Our forked workers run only the data pipeline, on the CPU
+    (`worker_env`), and never use the parent's jax backends, which is the case
+    that warning is about; a pipeline that does call jax in its workers should
+    set GRAIN_MP_START_METHOD=forkserver (or spawn).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(
