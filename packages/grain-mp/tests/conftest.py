@@ -1,8 +1,30 @@
 """Fixtures shared by grain-mp's tests."""
 
+import gc
+import os
+
 import pytest
 
-from grain_mp._sweep import segment_exists, sweep_dead_segments
+from grain_mp._sweep import parse_segment_name, segment_exists, segment_names, sweep_dead_segments
+
+
+@pytest.fixture
+def no_leaked_segments():
+    """Fails the test if it leaves a segment that this process owns or created behind.
+
+    Only this process's segments count: other sessions and pytest processes share
+    /dev/shm. Test files that make segments use it on every test, with
+    ``pytestmark = pytest.mark.usefixtures("no_leaked_segments")``.
+    """
+
+    def ours() -> set[str]:
+        me = os.getpid()
+        return {name for name in segment_names() if me in parse_segment_name(name)}
+
+    before = ours()
+    yield
+    gc.collect()
+    assert ours() - before == set()
 
 
 @pytest.fixture

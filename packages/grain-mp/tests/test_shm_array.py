@@ -20,20 +20,9 @@ import numpy as np
 import pytest
 
 from grain_mp._shm_array import SharedMemoryArray, SharedMemoryArrayMetadata
-from grain_mp._sweep import parse_segment_name, segment_exists, segment_names
+from grain_mp._sweep import parse_segment_name, segment_exists
 
-
-def ours() -> set[str]:
-    me = os.getpid()
-    return {name for name in segment_names() if me in parse_segment_name(name)}
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = ours()
-    yield
-    gc.collect()
-    assert ours() - before == set()
+pytestmark = pytest.mark.usefixtures("no_leaked_segments")
 
 
 def test_the_docstring_example():

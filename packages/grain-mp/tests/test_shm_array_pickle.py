@@ -12,7 +12,6 @@ before the consumer reads it.
 
 import gc
 import multiprocessing
-import os
 import pickle
 
 import numpy as np
@@ -20,20 +19,9 @@ import pytest
 
 from grain_dataset import MapDataset
 from grain_mp import MultiprocessingOptions, SharedMemoryArray
-from grain_mp._sweep import parse_segment_name, segment_exists, segment_names
+from grain_mp._sweep import segment_exists
 
-
-def ours() -> set[str]:
-    me = os.getpid()
-    return {name for name in segment_names() if me in parse_segment_name(name)}
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = ours()
-    yield
-    gc.collect()
-    assert ours() - before == set()
+pytestmark = pytest.mark.usefixtures("no_leaked_segments")
 
 
 @pytest.mark.parametrize("protocol", [2, pickle.DEFAULT_PROTOCOL, 5])

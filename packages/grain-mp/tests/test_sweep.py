@@ -6,7 +6,6 @@ resource tracker is needed, and never touches a live process's segments; a
 parent can remove whatever one (dead) worker made for it.
 """
 
-import gc
 import json
 import os
 import signal
@@ -27,23 +26,10 @@ from grain_mp._sweep import (
     process_alive,
     remove_segments,
     segment_exists,
-    segment_names,
     unlink_segment,
 )
 
-
-def ours() -> set[str]:
-    """Segments this test process owns or created (other sessions share /dev/shm)."""
-    me = os.getpid()
-    return {name for name in segment_names() if me in parse_segment_name(name)}
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = ours()
-    yield
-    gc.collect()
-    assert ours() - before == set()
+pytestmark = pytest.mark.usefixtures("no_leaked_segments")
 
 
 def start_python(code: str) -> subprocess.Popen:

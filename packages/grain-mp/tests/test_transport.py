@@ -27,24 +27,13 @@ import pytest
 from grain_mp._sweep import (
     parse_segment_name,
     segment_exists,
-    segment_names,
 )
 from grain_mp._transport import MIN_SEGMENT_BYTES, Payload, SegmentPool, SegmentReader
 
 Pair = collections.namedtuple("Pair", "left right")
 
 
-def ours() -> set[str]:
-    me = os.getpid()
-    return {name for name in segment_names() if me in parse_segment_name(name)}
-
-
-@pytest.fixture(autouse=True)
-def no_leaked_segments():
-    before = ours()
-    yield
-    gc.collect()
-    assert ours() - before == set()
+pytestmark = pytest.mark.usefixtures("no_leaked_segments")
 
 
 @pytest.fixture
