@@ -131,6 +131,70 @@ def _check_file(path: str | os.PathLike[str]) -> str:
     return text
 
 
+def _unpack_header(
+    header: bytes, name: str, offset: int, verify: bool, size: int | None, fix: str = ""
+) -> int:
+    """The length a record's header at `offset` gives, its checksum and end checked.
+
+    `size` is the file's size, or None for a stream of unknown length (then a
+    record that runs past the end shows when its bytes are read).
+    """
+    if len(header) < _HEADER.size:
+        raise TruncatedRecordError(
+            name, offset, f"has only {len(header)} of the 12 header bytes", fix
+        )
+    length, length_crc = _HEADER.unpack(header)
+    if verify and masked_crc(header[:8]) != length_crc:
+        raise CorruptRecordError(
+            name,
+            offset,
+            "has a wrong length checksum (or the offset is not the start of a record)",
+            fix,
+        )
+    end = offset + _HEADER.size + length + _FOOTER.size
+    if size is not None and end > size:
+        raise TruncatedRecordError(
+            name,
+            offset,
+            f"says it holds {length} bytes, but the file ends {end - size} bytes too early",
+            fix,
+        )
+    return length
+
+
+def read_record(
+    file: Any, name: str, offset: int, verify: bool, size: int | None = None
+) -> bytes | None:
+    """The record at `offset`, where `file` stands; None at the end of the data.
+
+    Shared by `TFRecordReader` (which knows the file's `size`) and
+    `TFRecordStreamReader` (a stream of unknown length). A damaged record
+    raises CorruptRecordError (TruncatedRecordError if the data ends inside it)
+    and leaves `file` at `offset`, so that the error is repeatable.
+    """
+    header = file.read(_HEADER.size)
+    if not header:
+        return None
+    try:
+        length = _unpack_header(header, name, offset, verify, size)
+        data = file.read(length)
+        footer = file.read(_FOOTER.size)
+        if len(data) != length or len(footer) != _FOOTER.size:
+            raise TruncatedRecordError(
+                name,
+                offset,
+                "ends before its last byte"
+                if size is not None
+                else f"says it holds {length} bytes but the stream ends first",
+            )
+        if verify and masked_crc(data) != _FOOTER.unpack(footer)[0]:
+            raise CorruptRecordError(name, offset, "has a wrong data checksum")
+    except CorruptRecordError:
+        file.seek(offset)
+        raise
+    return data
+
+
 class TFRecordReader(ResumableReader[bytes]):
     """Reads the records of a TFRecord file in order, from a position that can be restored.
 
@@ -247,38 +311,17 @@ class TFRecordReader(ResumableReader[bytes]):
         with self._open_raw(_HEADER.size) as file:
             file.seek(offset)
             header = file.read(_HEADER.size)
-        self._unpack_header(
+        _unpack_header(
             header,
+            self._path,
             offset,
+            self._verify,
             size,
             fix=(
                 "Restore a position this reader reported for this file; if it did, the "
                 "file has changed or is damaged since."
             ),
         )
-
-    def _unpack_header(self, header: bytes, offset: int, size: int, fix: str = "") -> int:
-        if len(header) < _HEADER.size:
-            raise TruncatedRecordError(
-                self._path, offset, f"has only {len(header)} of the 12 header bytes", fix
-            )
-        length, length_crc = _HEADER.unpack(header)
-        if self._verify and masked_crc(header[:8]) != length_crc:
-            raise CorruptRecordError(
-                self._path,
-                offset,
-                "has a wrong length checksum (or the offset is not the start of a record)",
-                fix,
-            )
-        end = offset + _HEADER.size + length + _FOOTER.size
-        if end > size:
-            raise TruncatedRecordError(
-                self._path,
-                offset,
-                f"says it holds {length} bytes, but the file ends {end - size} bytes too early",
-                fix,
-            )
-        return length
 
     # -- reading ------------------------------------------------------------------
 
@@ -310,25 +353,14 @@ class TFRecordReader(ResumableReader[bytes]):
     def __next__(self) -> bytes:
         file = self._file if self._file is not None else self._open()
         offset = self._offset
-        header = file.read(_HEADER.size)
-        if not header:
+        data = read_record(file, self._path, offset, self._verify, self._size)
+        if data is None:
             if offset < self._size:
                 # The file shrank while open, or a read failed quietly.
                 raise TruncatedRecordError(self._path, offset, "could not be read")
             self.close()
             raise StopIteration
-        try:
-            length = self._unpack_header(header, offset, self._size)
-            data = file.read(length)
-            footer = file.read(_FOOTER.size)
-            if len(data) != length or len(footer) != _FOOTER.size:
-                raise TruncatedRecordError(self._path, offset, "ends before its last byte")
-            if self._verify and masked_crc(data) != _FOOTER.unpack(footer)[0]:
-                raise CorruptRecordError(self._path, offset, "has a wrong data checksum")
-        except CorruptRecordError:
-            # Leave the position at the bad record, so that the error is repeatable.
-            file.seek(offset)
-            raise
+        length = len(data)
         self._offset = offset + _HEADER.size + length + _FOOTER.size
         self._index += 1
         return data

@@ -14,13 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grain_sources._tfrecord import (
-    _FOOTER,
-    _HEADER,
-    CorruptRecordError,
-    TruncatedRecordError,
-    masked_crc,
-)
+from grain_sources._tfrecord import read_record
 
 __all__ = ["TFRecordStreamReader"]
 
@@ -74,33 +68,9 @@ class TFRecordStreamReader:
 
     def __next__(self) -> bytes:
         stream = self.stream
-        offset = stream.tell()
-        header = stream.read(_HEADER.size)
-        if not header:
+        data = read_record(stream, self._name(), stream.tell(), self.verify_crc)
+        if data is None:
             raise StopIteration
-        try:
-            if len(header) < _HEADER.size:
-                raise TruncatedRecordError(
-                    self._name(), offset, f"has only {len(header)} of the 12 header bytes"
-                )
-            length, length_crc = _HEADER.unpack(header)
-            if self.verify_crc and masked_crc(header[:8]) != length_crc:
-                raise CorruptRecordError(
-                    self._name(),
-                    offset,
-                    "has a wrong length checksum (or the offset is not the start of a record)",
-                )
-            data = stream.read(length)
-            footer = stream.read(_FOOTER.size)
-            if len(data) != length or len(footer) != _FOOTER.size:
-                raise TruncatedRecordError(
-                    self._name(), offset, f"says it holds {length} bytes but the stream ends first"
-                )
-            if self.verify_crc and masked_crc(data) != _FOOTER.unpack(footer)[0]:
-                raise CorruptRecordError(self._name(), offset, "has a wrong data checksum")
-        except CorruptRecordError:
-            stream.seek(offset)  # at the bad record: the error repeats, nothing is skipped
-            raise
         return data
 
     def tell(self) -> int:
