@@ -27,10 +27,13 @@ GRAIN_0_2_18_DEFAULTS = {
     "tf_prefetch_buffer_size": -1,
 }
 
+# Ours, beside Grain's: what runs mp_prefetch's workers (grain_mp._executor).
+OWN_DEFAULTS = {"py_worker_executor": "auto"}
+
 
 @pytest.fixture(autouse=True)
 def fresh_config(monkeypatch):
-    for name in GRAIN_0_2_18_DEFAULTS:
+    for name in [*GRAIN_0_2_18_DEFAULTS, *OWN_DEFAULTS]:
         monkeypatch.delenv(f"GRAIN_{name.upper()}", raising=False)
     config.reset()
     yield config
@@ -38,7 +41,7 @@ def fresh_config(monkeypatch):
 
 
 def test_every_option_of_grain_and_its_default():
-    assert set(config.describe()) == set(GRAIN_0_2_18_DEFAULTS)
+    assert set(config.describe()) == set(GRAIN_0_2_18_DEFAULTS) | set(OWN_DEFAULTS)
     for name, default in GRAIN_0_2_18_DEFAULTS.items():
         assert config.get_or_default(name) == default, name
         assert type(config.get_or_default(name)) is type(default), name
@@ -102,3 +105,14 @@ def test_private_lookups_never_reach_the_option_table():
     with pytest.raises(AttributeError) as info:
         config._no_such_private  # noqa: B018
     assert not isinstance(info.value, ValueError)
+
+
+def test_py_worker_executor_takes_three_values_from_update_and_the_environment(monkeypatch):
+    assert config.get_or_default("py_worker_executor") == "auto"
+    config.update("py_worker_executor", " Threads ")
+    assert config.get_or_default("py_worker_executor") == "threads"
+    config.reset()
+    monkeypatch.setenv("GRAIN_PY_WORKER_EXECUTOR", "processes")
+    assert config.get_or_default("py_worker_executor") == "processes"
+    with pytest.raises(ValueError, match="must be one of auto, processes, threads, got 'fibers'"):
+        config.update("py_worker_executor", "fibers")

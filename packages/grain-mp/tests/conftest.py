@@ -5,7 +5,27 @@ import os
 
 import pytest
 
+from grain_dataset import config
 from grain_mp._sweep import parse_segment_name, segment_exists, segment_names, sweep_dead_segments
+
+
+@pytest.fixture(autouse=True)
+def worker_processes(monkeypatch):
+    """Workers are processes here, on every interpreter: most of these tests are about them.
+
+    A free-threaded interpreter without the GIL would otherwise run mp_prefetch's
+    workers as threads (`grain_mp._executor.executor_kind`). Tests of the thread
+    executor choose it with the `executor` fixture.
+    """
+    monkeypatch.setenv("GRAIN_PY_WORKER_EXECUTOR", "processes")
+
+
+@pytest.fixture(params=["processes", "threads"])
+def executor(request):
+    """Runs the test once with worker processes and once with worker threads."""
+    config.update("py_worker_executor", request.param)
+    yield request.param
+    config.reset("py_worker_executor")
 
 
 @pytest.fixture

@@ -17,12 +17,17 @@ The settings that change behaviour here:
                              own frames ("auto" and "remove_frames" drop them
                              and say so in a note, "quiet_remove_frames" and
                              "tracebackhide" drop them silently, "off" keeps all)
+  py_worker_executor         what runs mp_prefetch's workers (and the DataLoader's,
+                             ElasticIterator's): "processes", "threads", or "auto"
+                             (the default: threads on a free-threaded interpreter
+                             running without the GIL, processes otherwise). Ours;
+                             Grain has no such flag
 
 The others are accepted, checked and stored so that code written for Grain
 runs, but change nothing here: they select Grain's TensorFlow backend, relay
 SIGTERM from its workers, or write its pipeline graph (``str(ds)`` prints the
-pipeline here). `docs/compatibility.md` lists them. The options are exactly
-Grain 0.2.18's: absl flags that are not among them (array_record's
+pipeline here). `docs/compatibility.md` lists them. The options are
+Grain 0.2.18's, plus py_worker_executor: absl flags that are not among them (array_record's
 ``--grain_num_threads_fetching_records``, ``--grain_enable_multiprocess_worker_profiling``)
 are unknown to `grain.config` there too.
 """
@@ -69,6 +74,18 @@ def _traceback_mode(value: Any, name: str) -> str:
     return value.strip().lower()
 
 
+_EXECUTORS = ("auto", "processes", "threads")
+
+
+def _executor(value: Any, name: str) -> str:
+    lowered = value.strip().lower() if isinstance(value, str) else None
+    if lowered not in _EXECUTORS:
+        raise ValueError(
+            f"config option {name!r} must be one of {', '.join(_EXECUTORS)}, got {value!r}."
+        )
+    return lowered
+
+
 def _optional_str(value: Any, name: str) -> str | None:
     if value is None or isinstance(value, str | os.PathLike):
         return None if value in (None, "") else os.fspath(value)
@@ -89,6 +106,9 @@ _OPTIONS: dict[str, _Option] = {
     ),
     "py_traceback_filtering": _Option(
         "auto", _traceback_mode, "how errors raised inside a pipeline show the library's frames"
+    ),
+    "py_worker_executor": _Option(
+        "auto", _executor, "what runs mp_prefetch's workers: processes, threads or auto"
     ),
     "py_dataset_visualization_output_dir": _Option(
         None, _optional_str, "Grain: writes pipeline graphs (print str(ds) here)", effect=False

@@ -11,9 +11,15 @@ without a word; a worker thread's exception), and CLOSED, close() came from
 another thread while the consumer waited.
 
 Implementations: `grain_mp._process_executor.ProcessExecutor` (worker
-processes, shared memory transport: mp_prefetch, and through it the DataLoader
-and ElasticIterator) and `grain_mp._multithread.ThreadExecutor` (threads:
-multithread_prefetch).
+processes, shared memory transport) and `grain_mp._thread_executor.
+ThreadExecutor` (threads of this process, elements handed over as they are).
+multithread_prefetch runs on threads; mp_prefetch, and through it the
+DataLoader and ElasticIterator, on the kind `executor_kind` says: processes,
+or threads on a free-threaded interpreter running without the GIL, where
+threads run Python in parallel without pickling the pipeline or copying
+elements. ``grain.config.update("py_worker_executor", "processes")`` (or
+``GRAIN_PY_WORKER_EXECUTOR=processes``) chooses processes there;
+``"threads"`` chooses threads on any interpreter.
 
 Example, the life of one run::
 
@@ -25,13 +31,35 @@ Example, the life of one run::
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
+
+from grain_dataset import config
 
 # (FAILED, error): raise `error` as it is, after stopping the executor.
 FAILED = "failed"
 # (CLOSED,): interrupted by close() from another thread while waiting.
 CLOSED = "closed"
+
+
+def gil_enabled() -> bool:
+    """Whether this interpreter runs with the GIL (always, before free-threaded builds)."""
+    probe = getattr(sys, "_is_gil_enabled", None)
+    return True if probe is None else bool(probe())
+
+
+def executor_kind() -> Literal["processes", "threads"]:
+    """What runs mp_prefetch's workers now: ``grain.config``'s py_worker_executor, resolved.
+
+    "auto" (the default) is threads where the GIL is off (free-threaded
+    CPython, ``PYTHON_GIL=0`` or no extension turned it back on), processes
+    otherwise.
+    """
+    chosen = config.get_or_default("py_worker_executor")
+    if chosen == "auto":
+        return "processes" if gil_enabled() else "threads"
+    return chosen
 
 
 class Executor(Protocol):

@@ -1,8 +1,10 @@
 """mp_prefetch's per-worker execution, parent side: the stage and its round robin.
 
 `ProcessWorkersIterDataset` runs its parent pipeline in `num_workers` worker
-loops (`grain_mp._mp_worker`) on an executor (`grain_mp._executor`; today the
-process executor, `grain_mp._process_executor`). Worker w of n runs the whole
+loops on an executor (`grain_mp._executor`): processes running `grain_mp.
+_mp_worker`'s loop (`grain_mp._process_executor`), or threads on a
+free-threaded interpreter (`grain_mp._thread_executor`), chosen once, when the
+stage is built (`executor_kind`). Worker w of n runs the whole
 pipeline with every `to_iter_dataset` reading only positions w, w+n, w+2n, ...
 of its MapDataset, or with `sequential_slice` the w-th of n contiguous slices
 (sizes differing by at most one, larger first: 10 positions over 3 workers are
@@ -38,11 +40,12 @@ from typing import Any
 from grain_dataset import DatasetIterator, IterDataset
 from grain_dataset.extension import closed_error
 from grain_mp import _start
-from grain_mp._executor import CLOSED, FAILED, Executor
+from grain_mp._executor import CLOSED, FAILED, Executor, executor_kind
 from grain_mp._mp_worker import ELEMENTS, END, WARNING
 from grain_mp._options import MultiprocessingOptions
 from grain_mp._process_executor import ProcessExecutor
 from grain_mp._round_robin import RoundRobinIterator
+from grain_mp._thread_executor import ThreadExecutor
 
 
 def process_workers(
@@ -84,6 +87,8 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
         self._options = options
         self._worker_init_fn = worker_init_fn
         self._sequential_slice = sequential_slice
+        # Threads or processes, decided once: a pipeline run on threads is never pickled.
+        self._threads = executor_kind() == "threads"
         # The fork-unsafe reader that made the workers start without fork, if one did.
         self._method, self._fork_unsafe = _start.choose_method(parent)
         # Without fork: the pipeline and init fn as every start of the workers sends them.
@@ -91,7 +96,7 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
 
     def _pickle_parent(self) -> None:
         """Pickles the whole parent pipeline, for workers that run it and do not fork."""
-        if self._method == "fork" or self._payload is not None:
+        if self._threads or self._method == "fork" or self._payload is not None:
             return
         try:
             self._payload = _start.pickled(
@@ -111,7 +116,16 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
         return f"as {_start.START_METHOD_ENV}={self._method} asks"
 
     def _executor(self) -> Executor:
-        return ProcessExecutor(self, self._options.num_workers)
+        options = self._options
+        if self._threads:
+            return ThreadExecutor(
+                self._parents[0],
+                options.num_workers,
+                options.per_worker_buffer_size,
+                self._sequential_slice,
+                self._worker_init_fn,
+            )
+        return ProcessExecutor(self, options.num_workers)
 
     def __iter__(self) -> DatasetIterator[Any]:
         return PerWorkerIterator(self, self._options.num_workers, self._executor())

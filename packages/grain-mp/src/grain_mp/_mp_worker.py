@@ -155,7 +155,7 @@ def worker_main(
         if group:  # the elements before the error come first, in order
             with contextlib.suppress(BrokenPipeError, EOFError, OSError):
                 out.send((ELEMENTS, group))
-        where = _where(produced, worker_index, worker_count, sequential_slice)
+        where = where_it_failed(produced, worker_index, worker_count, sequential_slice)
         _send_error(out, where, error)
     finally:
         pool.close()
@@ -201,7 +201,7 @@ class _Credit:
         return True
 
 
-def _where(produced: int | None, index: int, count: int, sequential: bool) -> str:
+def where_it_failed(produced: int | None, index: int, count: int, sequential: bool) -> str:
     """Which element a worker failed on, in its slice and, where known, in the pipeline."""
     if produced is None:
         return "while starting its pipeline"

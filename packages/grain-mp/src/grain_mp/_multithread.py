@@ -28,26 +28,20 @@ transformation returns. close() from another thread while `next()` waits for
 such a thread makes that `next()` raise the closed-iterator ValueError within
 `POLL_S` (`ThreadExecutor.interrupt`, see `grain_dataset._guard`).
 
-Engine. The threads are an executor (`grain_mp._executor`): `ThreadExecutor`
-runs the loops, and the consumer is mp_prefetch's per-worker merge
+Engine. The threads are an executor (`grain_mp._executor`): `grain_mp.
+_thread_executor.ThreadExecutor` runs the loops (mp_prefetch's on free-threaded
+Python too), and the consumer is mp_prefetch's per-worker merge
 (`grain_mp._mp_parent.PerWorkerIterator`), so the order, states and error
 rules are the processes' own.
 """
 
 from __future__ import annotations
 
-import contextlib
-import queue
-import threading
 from typing import Any
 
-from grain_dataset import DatasetIterator, IterDataset, unstamped
-from grain_dataset.extension import POLL_S, iter_worker_slice
-from grain_mp._executor import CLOSED, FAILED
+from grain_dataset import DatasetIterator, IterDataset
 from grain_mp._mp_parent import PerWorkerIterator
-from grain_mp._mp_worker import ELEMENTS, END
-
-_ELEMENT, _END, _ERROR = "element", "end", "error"  # in a thread's queue
+from grain_mp._thread_executor import ThreadExecutor
 
 
 def multithread_prefetch(
@@ -120,137 +114,19 @@ class MultithreadPrefetchIterDataset(IterDataset[Any]):
         )
 
 
-class _Slice:
-    """One thread's queue and stop flag: all the thread shares with the consumer."""
-
-    def __init__(self, size: int):
-        self.queue: queue.Queue[tuple[str, Any, Any]] = queue.Queue(max(1, size))
-        self.stop = threading.Event()
-        # The thread's pipeline, for close() from another thread to interrupt its waits.
-        self.iterator: Any = None
-
-    def put(self, message: tuple[str, Any, Any]) -> bool:
-        """Queues `message`, waiting for room; False once the consumer stopped us."""
-        while not self.stop.is_set():
-            try:
-                self.queue.put(message, timeout=POLL_S)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-
-def _thread_main(
-    dataset: IterDataset[Any],
-    index: int,
-    count: int,
-    sequential: bool,
-    state: Any,
-    box: _Slice,
-) -> None:
-    iterator = None
-    try:
-        # The outer iterator's fingerprint covers its states.
-        iterator = iter_worker_slice(dataset, index, count, sequential)
-        iterator = box.iterator = unstamped(iterator)
-        if state is not None:
-            iterator.set_state(state)
-        while not box.stop.is_set():
-            try:
-                element = next(iterator)
-            except StopIteration:
-                box.put((_END, None, iterator.get_state()))
-                return
-            if not box.put((_ELEMENT, element, iterator.get_state())):
-                return
-            del element
-    except BaseException as error:
-        box.put((_ERROR, error, None))
-    finally:
-        box.iterator = None
-        if iterator is not None:
-            with contextlib.suppress(Exception):
-                iterator.close()
-
-
-class ThreadExecutor:
-    """Worker loops in threads (`grain_mp._executor.Executor`): one `_Slice` each."""
-
-    def __init__(self, dataset: MultithreadPrefetchIterDataset, count: int):
-        self._dataset = dataset
-        self._count = count
-        self._boxes: list[_Slice] | None = None
-        # Set by close() from another thread: no wait lasts.
-        self._interrupted = False
-
-    def start(self, states: Any, ended: Any, options: Any) -> list[_Slice]:
-        dataset = self._dataset
-        boxes = []
-        for index in range(self._count):
-            box = _Slice(dataset._buffer_size)
-            boxes.append(box)
-            if ended[index]:
-                continue
-            thread = threading.Thread(
-                target=_thread_main,
-                args=(
-                    dataset._parents[0],
-                    index,
-                    self._count,
-                    dataset._sequential_slice,
-                    states[index],
-                    box,
-                ),
-                name=f"grain-multithread-prefetch-{index}",
-                daemon=True,
-            )
-            thread.start()
-        self._boxes = boxes
-        return boxes
-
-    def stop(self) -> None:
-        boxes, self._boxes = self._boxes, None
-        for box in boxes or ():
-            box.stop.set()
-            # Read ahead, never returned: the states stay before them.
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    box.queue.get_nowait()
-
-    def interrupt(self) -> list[Any]:
-        self._interrupted = True
-        boxes = self._boxes or []
-        for box in boxes:
-            box.stop.set()
-        # Their pipelines' own waits (read threads of to_iter_dataset, say) end too.
-        return [box.iterator for box in boxes if box.iterator is not None]
-
-    def collect(self, index: int) -> tuple[Any, ...]:
-        """The next message of thread `index`; CLOSED once close() from another thread came."""
-        box = self._boxes[index]  # type: ignore[index]
-        while True:
-            try:
-                kind, payload, state = box.queue.get(True, POLL_S)
-                break
-            except queue.Empty:
-                if self._interrupted:
-                    return (CLOSED,)
-        if kind == _ERROR:
-            return (FAILED, payload)
-        if kind == _END:
-            return (END, state)
-        return (ELEMENTS, [(payload, state)])
-
-    def take(self, index: int, payload: Any) -> Any:
-        return payload  # the element itself: threads share memory
-
-
 class _MultithreadIterator(PerWorkerIterator):
     _READER = "thread"
 
     def __init__(self, dataset: MultithreadPrefetchIterDataset):
         count = dataset._num_threads
-        super().__init__(dataset, count, ThreadExecutor(dataset, count))
+        executor = ThreadExecutor(
+            dataset._parents[0],
+            count,
+            dataset._buffer_size,
+            dataset._sequential_slice,
+            name="grain-multithread-prefetch",
+        )
+        super().__init__(dataset, count, executor)
 
     def __repr__(self) -> str:
         return f"MultithreadPrefetchIterator(threads={self._count}, next={self._next_worker})"

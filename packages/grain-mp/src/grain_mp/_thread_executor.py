@@ -1,0 +1,198 @@
+"""The thread executor: worker loops in threads of this process, elements handed over as they are.
+
+It implements `grain_mp._executor.Executor` for multithread_prefetch and, on a
+free-threaded interpreter (or when ``grain.config`` asks for it), for
+mp_prefetch's workers, the DataLoader's and ElasticIterator's
+(`grain_mp._executor.executor_kind`). Thread w of n runs exactly what worker
+process w would: `worker_init_fn(w, n)` first, then its slice of the pipeline
+(`iter_worker_slice`: positions w, w+n, ... of every `to_iter_dataset`, or the
+w-th contiguous slice) from the state it was given. So the stream and the
+states are the processes' own, and a checkpoint taken with one executor
+restores on the other.
+
+What threads save: the pipeline is never pickled (each thread iterates the
+consumer's own pipeline objects, through iterators of its own) and an element
+is never copied: the consumer gets the object the thread made, arrays
+included. What they cost: with the GIL on, only work that releases it (I/O,
+numpy, decoders in C) runs in parallel; pure Python work wants processes.
+
+Flow control. Each thread's queue holds at most `buffer_size` finished
+elements (at least one), each with its pipeline's state after it.
+
+Stopping. Threads are daemons holding no reference to the consumer's
+iterator; `stop` sets their flags and drops what they read ahead. A thread
+stuck in a transformation that never returns cannot be stopped: it stays,
+holding its own iterator, until the transformation returns. `interrupt`
+(close() from another thread while `collect` waits) makes `collect` return
+CLOSED within `POLL_S`, and hands back the threads' pipelines so that their
+own waits (read threads, say) end too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from typing import Any
+
+from grain_dataset import IterDataset, unstamped
+from grain_dataset.extension import POLL_S, iter_worker_slice
+from grain_mp._executor import CLOSED, FAILED
+from grain_mp._mp_worker import ELEMENTS, END, where_it_failed
+
+_ELEMENT, _END, _ERROR = "element", "end", "error"  # in a thread's queue
+
+
+class _Slice:
+    """One thread's queue and stop flag: all the thread shares with the consumer."""
+
+    def __init__(self, size: int):
+        self.queue: queue.Queue[tuple[str, Any, Any]] = queue.Queue(max(1, size))
+        self.stop = threading.Event()
+        # The thread's pipeline, for close() from another thread to interrupt its waits.
+        self.iterator: Any = None
+
+    def put(self, message: tuple[str, Any, Any]) -> bool:
+        """Queues `message`, waiting for room; False once the consumer stopped us."""
+        while not self.stop.is_set():
+            try:
+                self.queue.put(message, timeout=POLL_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+
+def _thread_main(
+    pipeline: IterDataset[Any],
+    index: int,
+    count: int,
+    sequential: bool,
+    worker_init_fn: Any,
+    state: Any,
+    box: _Slice,
+) -> None:
+    iterator = None
+    produced: int | None = None
+    try:
+        if worker_init_fn is not None:
+            worker_init_fn(index, count)
+        # The outer iterator's fingerprint covers its states.
+        iterator = iter_worker_slice(pipeline, index, count, sequential)
+        iterator = box.iterator = unstamped(iterator)
+        if state is not None:
+            iterator.set_state(state)
+        produced = 0
+        while not box.stop.is_set():
+            try:
+                element = next(iterator)
+            except StopIteration:
+                box.put((_END, None, iterator.get_state()))
+                return
+            produced += 1
+            if not box.put((_ELEMENT, element, iterator.get_state())):
+                return
+            del element
+    except BaseException as error:
+        # Worded as a worker process's note is; the traceback is the thread's own.
+        where = where_it_failed(produced, index, count, sequential)
+        error.add_note(f"grain worker {index} of {count} raised it {where} (a worker thread)")
+        box.put((_ERROR, error, None))
+    finally:
+        box.iterator = None
+        if iterator is not None:
+            with contextlib.suppress(Exception):
+                iterator.close()
+
+
+class ThreadExecutor:
+    """Worker loops in threads (`grain_mp._executor.Executor`), one `_Slice` each.
+
+    Args:
+      pipeline: what each thread runs on its slice (an IterDataset).
+      count: threads.
+      buffer_size: finished elements each thread may hold ahead (at least one).
+      sequential_slice: contiguous slices instead of strided ones.
+      worker_init_fn: called as ``worker_init_fn(w, count)`` in thread w first.
+      name: the threads' name prefix.
+    """
+
+    def __init__(
+        self,
+        pipeline: IterDataset[Any],
+        count: int,
+        buffer_size: int,
+        sequential_slice: bool = False,
+        worker_init_fn: Any = None,
+        name: str = "grain-worker-thread",
+    ):
+        self._pipeline = pipeline
+        self._count = count
+        self._buffer_size = buffer_size
+        self._sequential = sequential_slice
+        self._worker_init_fn = worker_init_fn
+        self._name = name
+        self._boxes: list[_Slice] | None = None
+        # Set by close() from another thread: no wait lasts.
+        self._interrupted = False
+
+    def start(self, states: Any, ended: Any, options: Any) -> list[_Slice]:
+        boxes = []
+        for index in range(self._count):
+            box = _Slice(self._buffer_size)
+            boxes.append(box)
+            if ended[index]:
+                continue
+            thread = threading.Thread(
+                target=_thread_main,
+                args=(
+                    self._pipeline,
+                    index,
+                    self._count,
+                    self._sequential,
+                    self._worker_init_fn,
+                    states[index],
+                    box,
+                ),
+                name=f"{self._name}-{index}",
+                daemon=True,
+            )
+            thread.start()
+        self._boxes = boxes
+        return boxes
+
+    def stop(self) -> None:
+        boxes, self._boxes = self._boxes, None
+        for box in boxes or ():
+            box.stop.set()
+            # Read ahead, never returned: the states stay before them.
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    box.queue.get_nowait()
+
+    def interrupt(self) -> list[Any]:
+        self._interrupted = True
+        boxes = self._boxes or []
+        for box in boxes:
+            box.stop.set()
+        # Their pipelines' own waits (read threads of to_iter_dataset, say) end too.
+        return [box.iterator for box in boxes if box.iterator is not None]
+
+    def collect(self, index: int) -> tuple[Any, ...]:
+        """The next message of thread `index`; CLOSED once close() from another thread came."""
+        box = self._boxes[index]  # type: ignore[index]
+        while True:
+            try:
+                kind, payload, state = box.queue.get(True, POLL_S)
+                break
+            except queue.Empty:
+                if self._interrupted:
+                    return (CLOSED,)
+        if kind == _ERROR:
+            return (FAILED, payload)
+        if kind == _END:
+            return (END, state)
+        return (ELEMENTS, [(payload, state)])
+
+    def take(self, index: int, payload: Any) -> Any:
+        return payload  # the element itself: threads share memory
