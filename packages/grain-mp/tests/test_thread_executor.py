@@ -90,7 +90,8 @@ def _forget_the_choice():
     config.reset("py_worker_executor")
 
 
-def test_auto_runs_threads_exactly_where_the_gil_is_off():
+def test_auto_runs_threads_exactly_where_the_gil_is_off(monkeypatch):
+    monkeypatch.delenv("GRAIN_PY_WORKER_EXECUTOR")  # grain-mp's tests pin processes
     config.reset("py_worker_executor")
     assert executor_kind() == ("processes" if gil_enabled() else "threads")
     _use("threads")
