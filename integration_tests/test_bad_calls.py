@@ -405,7 +405,8 @@ BAD_CALLS: dict[str, tuple[Any, ...]] = {
 @pytest.mark.parametrize("row", BAD_CALLS.values(), ids=BAD_CALLS.keys())
 def test_bad_call_raises_naming_the_argument(row, monkeypatch):
     call, error, named, *flags = row
-    if SPAWN in flags:
+    if SPAWN in flags:  # worker processes that must pickle the pipeline (threads never do)
+        monkeypatch.setenv("GRAIN_PY_WORKER_EXECUTOR", "processes")
         monkeypatch.setenv("GRAIN_MP_START_METHOD", "spawn")
     with pytest.raises(error) as info:
         call()

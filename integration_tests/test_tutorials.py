@@ -353,6 +353,8 @@ def test_troubleshooting_quotes_real_messages(tmp_path, monkeypatch):
     import jax
 
     assert jax.device_count() == 8, "the page quotes make_global_batch with 8 devices"
+    # The page quotes worker processes' messages (threads on free-threaded Python differ).
+    monkeypatch.setenv("GRAIN_PY_WORKER_EXECUTOR", "processes")
     page = (DOCS / "troubleshooting.md").read_text()
     missing = [m for m in _messages(tmp_path, monkeypatch) if m not in page]
     assert not missing, "\n\n".join(missing)
