@@ -8,6 +8,8 @@ raises ValueError ("Unrecognized config option: <name>") from `update`,
 raises ValueError ("Please use update()") and changes nothing.
 """
 
+import threading
+
 import pytest
 
 from grain_dataset import config
@@ -116,3 +118,36 @@ def test_py_worker_executor_takes_three_values_from_update_and_the_environment(m
     assert config.get_or_default("py_worker_executor") == "processes"
     with pytest.raises(ValueError, match="must be one of auto, processes, threads, got 'fibers'"):
         config.update("py_worker_executor", "fibers")
+
+
+@pytest.mark.timeout(60)
+def test_the_cached_debug_mode_survives_updates_from_another_thread():
+    # debug_mode() caches py_debug_mode and config.update clears the cache: filling it
+    # raced with the clearing (on 3.13t with the GIL off, an IndexError in about one
+    # run of two, and the cache holding two values).
+    from grain_dataset._config import _debug_mode, debug_mode
+
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def read() -> None:
+        while not done.is_set():
+            try:
+                debug_mode()
+            except BaseException as error:
+                errors.append(error)
+                return
+
+    readers = [threading.Thread(target=read, daemon=True) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    try:
+        for k in range(20000):
+            config.update("py_debug_mode", k % 2 == 0)
+    finally:
+        done.set()
+        for thread in readers:
+            thread.join(30)
+    assert not errors, errors[0]
+    assert len(_debug_mode) <= 1
+    assert debug_mode() is False  # the last update's value, not one from before it

@@ -266,11 +266,16 @@ config = Config()
 """The process-wide settings (`grain.config`)."""
 
 _debug_mode: list[bool] = []  # the cached value of py_debug_mode, empty until read
+# Orders filling the cache against forgetting it: without it, a thread could read the
+# old value, an `update` clear the cache, and the thread then cache the old value for
+# good (or index the cache just after the clear: IndexError).
+_debug_mode_lock = threading.Lock()
 
 
 def _forget_debug_mode(name: str | None, value: Any) -> None:
     if name in (None, "py_debug_mode"):
-        _debug_mode.clear()
+        with _debug_mode_lock:
+            _debug_mode.clear()
 
 
 config._on_change(_forget_debug_mode)
@@ -283,6 +288,11 @@ def debug_mode() -> bool:
     environment); its environment variable is therefore read at the first
     iterator, not at each one.
     """
-    if not _debug_mode:
-        _debug_mode.append(bool(config.get_or_default("py_debug_mode")))
-    return _debug_mode[0]
+    try:
+        return _debug_mode[0]
+    except IndexError:
+        pass
+    with _debug_mode_lock:
+        if not _debug_mode:
+            _debug_mode.append(bool(config.get_or_default("py_debug_mode")))
+        return _debug_mode[0]

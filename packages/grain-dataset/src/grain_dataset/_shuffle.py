@@ -41,6 +41,11 @@ class ShuffleMapDataset(MapStage):
         self._parent = parent
         self._seed = stage_seed(self, seed, "shuffle")
         self._length = len(parent)
+        # Caches shared by every thread that reads this dataset (read threads, several
+        # iterators of it, `ds[i]` from threads). A lost update in them only costs a
+        # recomputation, and dict get/set are atomic, also without the GIL; but no
+        # thread may iterate a dict that another mutates, so `_permutations` is
+        # copied on write: a published dict is never changed.
         self._epoch_seeds: dict[int, int] = {}
         self._epoch_functions: dict[int, Any] = {}
         self._epoch_calls: dict[int, int] = {}
@@ -61,7 +66,8 @@ class ShuffleMapDataset(MapStage):
         looking indices up is cheaper; the first reads of an epoch, which decide
         the time to the first batch, never wait for it. Two epochs are kept.
         """
-        permutation = self._permutations.get(epoch)
+        kept = self._permutations
+        permutation = kept.get(epoch)
         if permutation is not None:
             return permutation
         n = self._length
@@ -70,9 +76,13 @@ class ShuffleMapDataset(MapStage):
         permutation = index_shuffle_array(
             np.arange(n, dtype=np.int64), n - 1, self._epoch_seed(epoch), DEFAULT_ROUNDS
         )
-        while len(self._permutations) >= 2:
-            self._permutations.pop(next(iter(self._permutations)), None)
-        self._permutations[epoch] = permutation
+        permutation.flags.writeable = False  # handed to every thread that reads this epoch
+        # Copy on write (see __init__): evicting in place raced with other threads'
+        # iteration ("dictionary changed size during iteration", or a StopIteration
+        # out of next(iter(...)) when another thread had just emptied it).
+        newest = dict(list(kept.items())[-1:])
+        newest[epoch] = permutation
+        self._permutations = newest
         return permutation
 
     def __len__(self) -> int:

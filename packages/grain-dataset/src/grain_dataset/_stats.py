@@ -204,18 +204,29 @@ def _timer(cls: type[Any], record: _Record) -> NextHook:
     return timed
 
 
-# Every iterator `track` was called on, while it lives (grain.monitoring lists them).
-_TRACKED: weakref.WeakSet[Any] = weakref.WeakSet()
+# Every iterator `track` was called on, while it lives (grain.monitoring lists them), by
+# id. Not a WeakSet: listing one while another thread adds to it raises "Set changed size
+# during iteration"; a dict's copy is atomic (also without the GIL), and each entry's
+# weak reference removes it when its iterator dies, before the id can be reused.
+_TRACKED: dict[int, weakref.ref[Any]] = {}
 
 
 def tracked_iterators() -> list[Any]:
     """The live iterators `track` started recording in."""
-    return list(_TRACKED)
+    alive = (ref() for ref in _TRACKED.copy().values())
+    return [iterator for iterator in alive if iterator is not None]
+
+
+def _forget(key: int, ref: weakref.ref[Any]) -> None:
+    if _TRACKED.get(key) is ref:
+        _TRACKED.pop(key, None)
 
 
 def track(iterator: Any) -> Any:
     """Starts recording statistics in `iterator` and every iterator it reads from."""
-    _TRACKED.add(iterator)
+    key = id(iterator)
+    if key not in _TRACKED:
+        _TRACKED[key] = weakref.ref(iterator, lambda ref, key=key: _forget(key, ref))
     pending = [iterator]
     while pending:
         it = pending.pop()

@@ -358,7 +358,8 @@ class DevicePutDatasetIterator(ThreadPrefetchDatasetIterator[Any]):
         # The threads end on their own after close (the device buffer's closes the
         # host buffer as it exits); remembered so that the exit hook can wait for them.
         with contextlib.suppress(Exception):  # at exit the module may be half torn down
-            _closing_threads.update(self._producer_threads())
+            for thread in self._producer_threads():
+                _closing_threads.add(thread)
         super().close()
 
     def __repr__(self) -> str:
@@ -402,10 +403,38 @@ class _ExitGuard:
             )
 
 
+class _WeakRegistry:
+    """Objects held weakly, by id, that the exit hook lists while other threads add more.
+
+    Not a WeakSet: listing one while another thread adds to it raises "Set changed
+    size during iteration" (and the exit hook would then stop nothing); a dict's
+    copy is atomic, also without the GIL. An entry's weak reference removes it when
+    its object dies, before the id can be reused.
+    """
+
+    def __init__(self) -> None:
+        self._refs: dict[int, weakref.ref[Any]] = {}
+
+    def add(self, obj: Any) -> None:
+        key = id(obj)
+        refs = self._refs
+
+        def forget(ref: weakref.ref[Any]) -> None:
+            if refs.get(key) is ref:
+                refs.pop(key, None)
+
+        if key not in refs:
+            refs[key] = weakref.ref(obj, forget)
+
+    def alive(self) -> list[Any]:
+        found = (ref() for ref in self._refs.copy().values())
+        return [obj for obj in found if obj is not None]
+
+
 _exit_guard = _ExitGuard()
-_live_iterators: weakref.WeakSet[DevicePutDatasetIterator] = weakref.WeakSet()
+_live_iterators = _WeakRegistry()  # DevicePutDatasetIterators
 # Producer threads of closed iterators that may still be winding down.
-_closing_threads: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+_closing_threads = _WeakRegistry()
 _hook_lock = threading.Lock()
 _hook_registered = False
 
@@ -420,11 +449,11 @@ def _at_exit() -> None:
     """
     with contextlib.suppress(Exception):
         deadline = time.monotonic() + _EXIT_WAIT_S
-        for iterator in list(_live_iterators):
+        for iterator in _live_iterators.alive():
             with contextlib.suppress(Exception):
                 iterator.close()
         _exit_guard.shut(deadline)
-        for thread in list(_closing_threads):
+        for thread in _closing_threads.alive():
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - time.monotonic()))
 

@@ -259,7 +259,12 @@ class ArrayRecordDataSource:
             _close(reader)
             return
         with self._lock:
-            self._idle[file].append(reader)
+            # Looked at again under the lock: a close() in another thread since the
+            # check above has already emptied `_idle`, and would never close this one.
+            if not self._closed:
+                self._idle[file].append(reader)
+                return
+        _close(reader)
 
     def _read_failed(self, file: int, record: int, error: Exception) -> Exception:
         return RuntimeError(
