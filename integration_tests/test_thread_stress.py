@@ -99,6 +99,23 @@ PIPELINES: dict[str, Callable[[], Any]] = {
         num_threads=3,
         buffer_size=2,
     ),
+    # mp_prefetch's workers as threads (the default on 3.13t; the `_worker_threads`
+    # fixture chooses them on every interpreter): positional and per-worker execution.
+    "mp_prefetch-threads-positional": lambda: (
+        grain.MapDataset.source(SOURCE)
+        .shuffle(seed=7)
+        .map(_length)
+        .to_iter_dataset(grain.ReadOptions(num_threads=0))
+        .batch(4)
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=3))
+    ),
+    "mp_prefetch-threads-sequential_slice": lambda: (
+        grain.MapDataset.range(700)
+        .shuffle(seed=9)
+        .to_iter_dataset()
+        .filter(_even)
+        .mp_prefetch(grain.MultiprocessingOptions(num_workers=2), sequential_slice=True)
+    ),
     "stats-interleave": lambda: ge.WithOptionsIterDataset(
         ge.InterleaveIterDataset(
             [grain.MapDataset.range(k * 100, k * 100 + 250).to_iter_dataset() for k in range(4)],
@@ -158,6 +175,14 @@ def _check_round(name: str, expected: list[Any], rng: random.Random, directory: 
         assert _take(again, 3) == expected[middle + len(rest) : middle + len(rest) + 3]
     finally:
         again.close()
+
+
+@pytest.fixture(autouse=True)
+def _worker_threads():
+    """mp_prefetch's workers are threads here on every interpreter, as on 3.13t."""
+    grain.config.update("py_worker_executor", "threads")
+    yield
+    grain.config.reset("py_worker_executor")
 
 
 def _assert_gil_stays_off() -> None:
