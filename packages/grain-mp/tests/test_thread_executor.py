@@ -251,3 +251,38 @@ def test_elastic_iterator_runs_on_threads_with_the_processes_batches():
         return [np.asarray(b) for b in it]
 
     _same(batches("threads"), batches("processes"))
+
+
+def test_close_from_another_thread_ends_a_next_that_waits_on_a_stuck_worker_thread():
+    release = threading.Event()
+
+    def stuck(x):
+        release.wait(30)
+        return x
+
+    baseline = threading.active_count()
+    _use("threads")
+    ds = MapDataset.range(40).map(stuck).to_iter_dataset(ReadOptions(num_threads=0))
+    iterator = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
+    outcome = []
+
+    def consume():
+        try:
+            next(iterator)
+        except BaseException as error:
+            outcome.append(error)
+
+    consumer = threading.Thread(target=consume, daemon=True)
+    consumer.start()
+    time.sleep(0.3)
+    assert consumer.is_alive()  # waiting on a worker thread stuck in the map
+    began = time.monotonic()
+    iterator.close()
+    consumer.join(10)
+    assert not consumer.is_alive()
+    assert time.monotonic() - began < 3
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], ValueError)
+    assert "closed" in str(outcome[0])
+    release.set()  # the stuck threads return from the map, see the stop flag and end
+    assert _threads_settle(baseline) == baseline
