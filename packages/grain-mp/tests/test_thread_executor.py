@@ -76,12 +76,15 @@ def _same(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-def _threads_settle(baseline, seconds=5.0):
+def _started_since(before, seconds=5.0):
+    """The threads started since `before` (a set of threads) still alive after `seconds`."""
     deadline = time.monotonic() + seconds
-    while threading.active_count() > baseline and time.monotonic() < deadline:
+    while True:
+        left = [t for t in threading.enumerate() if t not in before]
+        if not left or time.monotonic() > deadline:
+            return left
         gc.collect()
         time.sleep(0.02)
-    return threading.active_count()
 
 
 @pytest.fixture(autouse=True)
@@ -171,7 +174,7 @@ def test_an_error_in_a_worker_thread_reaches_the_consumer_with_its_place():
             raise KeyError(f"bad record {x}")
         return x
 
-    baseline = threading.active_count()
+    before = set(threading.enumerate())
     _use("threads")
     ds = MapDataset.range(40).map(fail_on_13).to_iter_dataset()
     ds = ds.mp_prefetch(MultiprocessingOptions(num_workers=2), sequential_slice=False)
@@ -181,12 +184,12 @@ def test_an_error_in_a_worker_thread_reaches_the_consumer_with_its_place():
     assert seen == list(range(13))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "grain worker 1 of 2 raised it on element 6 of its slice" in notes
-    assert _threads_settle(baseline) == baseline
+    assert _started_since(before) == []
 
 
 @pytest.mark.parametrize("how", ["close", "break", "del", "end"])
 def test_no_worker_thread_is_left_after_stopping(how):
-    baseline = threading.active_count()
+    before = set(threading.enumerate())
     _use("threads")
 
     def slow(x):
@@ -200,7 +203,7 @@ def test_no_worker_thread_is_left_after_stopping(how):
         assert len(list(it)) == 400
     else:
         next(it)
-        assert threading.active_count() > baseline
+        assert _started_since(before, 0)
         if how == "close":
             it.close()
         elif how == "del":
@@ -209,7 +212,7 @@ def test_no_worker_thread_is_left_after_stopping(how):
             for _ in it:
                 break
             it.close()
-    assert _threads_settle(baseline) == baseline
+    assert _started_since(before) == []
 
 
 def _sampler(n, epochs=1, shard=None):
@@ -260,7 +263,7 @@ def test_close_from_another_thread_ends_a_next_that_waits_on_a_stuck_worker_thre
         release.wait(30)
         return x
 
-    baseline = threading.active_count()
+    before = set(threading.enumerate())
     _use("threads")
     ds = MapDataset.range(40).map(stuck).to_iter_dataset(ReadOptions(num_threads=0))
     iterator = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
@@ -285,4 +288,4 @@ def test_close_from_another_thread_ends_a_next_that_waits_on_a_stuck_worker_thre
     assert isinstance(outcome[0], ValueError)
     assert "closed" in str(outcome[0])
     release.set()  # the stuck threads return from the map, see the stop flag and end
-    assert _threads_settle(baseline) == baseline
+    assert _started_since(before) == []

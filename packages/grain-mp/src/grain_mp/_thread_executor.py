@@ -16,8 +16,11 @@ is never copied: the consumer gets the object the thread made, arrays
 included. What they cost: with the GIL on, only work that releases it (I/O,
 numpy, decoders in C) runs in parallel; pure Python work wants processes.
 
-Flow control. Each thread's queue holds at most `buffer_size` finished
-elements (at least one), each with its pipeline's state after it.
+Flow control. Each thread holds at most `buffer_size` finished elements ahead
+(at least one), each with its pipeline's state after it, as a worker process
+does: a credit per element, returned when the consumer takes it. Elements go
+over in groups of up to `_GROUP` while the consumer is behind, one by one
+while it waits.
 
 Stopping. Threads are daemons holding no reference to the consumer's
 iterator; `stop` sets their flags and drops what they read ahead. A thread
@@ -40,27 +43,41 @@ from grain_dataset.extension import POLL_S, iter_worker_slice
 from grain_mp._executor import CLOSED, FAILED
 from grain_mp._mp_worker import ELEMENTS, END, where_it_failed
 
-_ELEMENT, _END, _ERROR = "element", "end", "error"  # in a thread's queue
+# A thread hands over up to _GROUP elements in one message: one queue operation and
+# one wake-up of the consumer per element was most of the cost of a cheap element.
+_GROUP = 8
 
 
 class _Slice:
-    """One thread's queue and stop flag: all the thread shares with the consumer."""
+    """One thread's messages, credits and stop flag: all the thread shares with the consumer.
+
+    The thread may hold `size` elements ahead (at least one): it takes a credit
+    before making each, and the consumer returns one for each element it takes.
+    Elements go in groups, but never wait: a group is sent as soon as the
+    consumer has nothing queued, and before the thread waits for a credit.
+    """
 
     def __init__(self, size: int):
-        self.queue: queue.Queue[tuple[str, Any, Any]] = queue.Queue(max(1, size))
+        self.queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self.credits = threading.Semaphore(max(1, size))
         self.stop = threading.Event()
         # The thread's pipeline, for close() from another thread to interrupt its waits.
         self.iterator: Any = None
 
-    def put(self, message: tuple[str, Any, Any]) -> bool:
-        """Queues `message`, waiting for room; False once the consumer stopped us."""
+    def credit(self, group: list[tuple[Any, Any]]) -> bool:
+        """Takes a credit, first sending `group` if it must wait; False once stopped."""
+        if self.credits.acquire(blocking=False):
+            return True
+        self.flush(group)  # never hold elements while waiting for the consumer
         while not self.stop.is_set():
-            try:
-                self.queue.put(message, timeout=POLL_S)
+            if self.credits.acquire(timeout=POLL_S):
                 return True
-            except queue.Full:
-                continue
         return False
+
+    def flush(self, group: list[tuple[Any, Any]]) -> None:
+        if group:
+            self.queue.put((ELEMENTS, group.copy()))
+            group.clear()
 
 
 def _thread_main(
@@ -74,6 +91,7 @@ def _thread_main(
 ) -> None:
     iterator = None
     produced: int | None = None
+    group: list[tuple[Any, Any]] = []
     try:
         if worker_init_fn is not None:
             worker_init_fn(index, count)
@@ -83,21 +101,24 @@ def _thread_main(
         if state is not None:
             iterator.set_state(state)
         produced = 0
-        while not box.stop.is_set():
+        while box.credit(group):
             try:
                 element = next(iterator)
             except StopIteration:
-                box.put((_END, None, iterator.get_state()))
+                box.flush(group)
+                box.queue.put((END, iterator.get_state()))
                 return
             produced += 1
-            if not box.put((_ELEMENT, element, iterator.get_state())):
-                return
+            group.append((element, iterator.get_state()))
             del element
+            if len(group) >= _GROUP or box.queue.empty():
+                box.flush(group)
     except BaseException as error:
+        box.flush(group)  # the elements before the error come first, in order
         # Worded as a worker process's note is; the traceback is the thread's own.
         where = where_it_failed(produced, index, count, sequential)
         error.add_note(f"grain worker {index} of {count} raised it {where} (a worker thread)")
-        box.put((_ERROR, error, None))
+        box.queue.put((FAILED, error))
     finally:
         box.iterator = None
         if iterator is not None:
@@ -183,16 +204,15 @@ class ThreadExecutor:
         box = self._boxes[index]  # type: ignore[index]
         while True:
             try:
-                kind, payload, state = box.queue.get(True, POLL_S)
-                break
+                return box.queue.get(
+                    True, POLL_S
+                )  # (ELEMENTS, group), (END, state), (FAILED, error)
             except queue.Empty:
                 if self._interrupted:
                     return (CLOSED,)
-        if kind == _ERROR:
-            return (FAILED, payload)
-        if kind == _END:
-            return (END, state)
-        return (ELEMENTS, [(payload, state)])
 
     def take(self, index: int, payload: Any) -> Any:
+        boxes = self._boxes
+        if boxes is not None:
+            boxes[index].credits.release()
         return payload  # the element itself: threads share memory
