@@ -22,7 +22,10 @@ before its pipeline is built; both kinds run on every interpreter.
     Python, holds the GIL); ``numpy``, elementwise ufuncs on a 256x256 float32
     array (~1-1.5 ms; numpy releases the GIL in its loops); ``jpeg``, Pillow
     decoding one of 32 256x256 JPEGs (~33 KB each, made at start and carried in
-    the source; ~1 ms). Each returns its index and a small value, so the maps
+    the source; ~1 ms). Also ``plain_threads_2``: the map over the items in 2
+    plain threads, no grain: what this interpreter and the machine's load allow
+    at that moment, so ``threads_2_vs_plain_threads_2`` is the library's share
+    of a shortfall. Each returns its index and a small value, so the maps
     measure work, not transport (that is (b)).
 (b) Transport: a map returning a ready 150 KB uint8 array (64 of them, made once
     per process), through 2 workers, the consumer reading the first and last
@@ -189,6 +192,28 @@ def _timed_pass(ds: Any) -> tuple[float, float, float, list[Any]]:
     return wall, first, _cpu_s() - cpu, out
 
 
+def _plain_threads_pass(
+    items: Sequence[Any], fn: Callable[[Any], Any], workers: int
+) -> tuple[float, float, float, list[Any]]:
+    """`fn` over `items` in `workers` plain threads (no grain), as `_timed_pass` times it:
+    what the interpreter and the machine allow at this moment."""
+    parts: list[list[Any]] = [[] for _ in range(workers)]
+
+    def work(w: int) -> None:
+        parts[w].extend(fn(item) for item in items[w::workers])
+
+    cpu = _cpu_s()
+    start = time.perf_counter()
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    out = [parts[i % workers][i // workers] for i in range(len(items))]
+    return wall, 0.0, _cpu_s() - cpu, out
+
+
 def _transport_pass(ds: Any, n: int) -> tuple[float, float, bool]:
     """Seconds from the first element to the last, time to the first, and the check."""
     begin = time.perf_counter()
@@ -308,6 +333,7 @@ def _run_maps(args: argparse.Namespace, emit: _Emitter, jpegs: list[bytes] | Non
         emit({"case": "map/jpeg", "skipped": "Pillow is not importable"})
     cases = [(name, "none", 0) for name in maps]
     cases += [(name, e, k) for name in maps for e in args.executors for k in (1, 2)]
+    cases += [(name, "plain_threads", 2) for name in maps]
     walls: dict[tuple[str, str, int], list[float]] = {case: [] for case in cases}
     firsts: dict[tuple[str, str, int], list[float]] = {case: [] for case in cases}
     cpus: dict[tuple[str, str, int], list[float]] = {case: [] for case in cases}
@@ -317,7 +343,10 @@ def _run_maps(args: argparse.Namespace, emit: _Emitter, jpegs: list[bytes] | Non
         for case in cases:
             name, executor, workers = case
             items, fn = _map_items(name, sizes[name], jpegs or [])
-            wall, first, cpu, out = _timed_pass(_pipeline(items, fn, executor, workers))
+            if executor == "plain_threads":
+                wall, first, cpu, out = _plain_threads_pass(items, fn, workers)
+            else:
+                wall, first, cpu, out = _timed_pass(_pipeline(items, fn, executor, workers))
             walls[case].append(wall)
             cpus[case].append(cpu)
             firsts[case].append(first)
@@ -481,6 +510,13 @@ def _ratios(
             target = 1.8 if (name, kind) == ("pure_python", "threads") else None
             _ratio(emit, f"{name}/{kind}_2_vs_{kind}_1", two, one, target, applies=not gil)
             _ratio(emit, f"{name}/{kind}_2_vs_serial", two, serial)
+            # Against what 2 plain threads reach now: the library's share of a shortfall.
+            _ratio(
+                emit,
+                f"{name}/{kind}_2_vs_plain_threads_2",
+                two,
+                maps.get((name, "plain_threads", 2)),
+            )
         if set(args.executors) == set(EXECUTORS):
             _ratio(emit, f"{name}/threads_2_vs_processes_2", maps.get((name, "threads", 2)),
                    maps.get((name, "processes", 2)))  # fmt: skip
@@ -547,11 +583,18 @@ def render_table(paths: Sequence[Path]) -> str:
                 _cell(run.get(f"map/{name}/{case}"), "cpu_ms_per_element", 2, False)
                 for run in runs
             ])  # fmt: skip
-        for case in ("serial", "threads_1", "threads_2", "processes_1", "processes_2"):
+        for case in (
+            "serial", "threads_1", "threads_2", "processes_1", "processes_2", "plain_threads_2"
+        ):  # fmt: skip
             row(f"{name}, {case.replace('_', ' ')}: elements/s", [
                 _cell(run.get(f"map/{name}/{case}"), "elements_per_s") for run in runs
             ])  # fmt: skip
-        for ratio in ("threads_2_vs_threads_1", "threads_2_vs_serial", "processes_2_vs_serial"):
+        for ratio in (
+            "threads_2_vs_threads_1",
+            "threads_2_vs_serial",
+            "threads_2_vs_plain_threads_2",
+            "processes_2_vs_serial",
+        ):
             row(f"{name}: {ratio.replace('_vs_', ' / ').replace('_', ' ')}", [
                 _cell(run.get(f"ratio/{name}/{ratio}"), "ratio", 2) for run in runs
             ])  # fmt: skip
