@@ -103,13 +103,17 @@ def _pure_python(index: int) -> tuple[int, int]:
     return index, acc
 
 
-_BASE: list[np.ndarray] = []
+# Made on first use, by whichever thread comes first (two may both make it: harmless),
+# and published whole: a worker thread never sees it half made.
+_BASE: tuple[np.ndarray, ...] = ()
 
 
 def _numpy(index: int) -> tuple[int, float]:
-    if not _BASE:
-        _BASE.append(np.linspace(0.0, 1.0, 256 * 256, dtype=np.float32).reshape(256, 256))
-    array = _BASE[0] + np.float32(index % 7)
+    global _BASE
+    base = _BASE
+    if not base:
+        base = _BASE = (np.linspace(0.0, 1.0, 256 * 256, dtype=np.float32).reshape(256, 256),)
+    array = base[0] + np.float32(index % 7)
     for _ in range(4):
         array = np.sqrt(np.abs(np.sin(array) * np.float32(1.5) + np.cos(array * np.float32(0.5))))
     return index, float(array[17, 31])
@@ -143,14 +147,19 @@ def _make_jpegs() -> list[bytes]:
     return out
 
 
-_READY: list[np.ndarray] = []
+_READY: tuple[np.ndarray, ...] = ()
 
 
 def _ready_array(index: int) -> np.ndarray:
-    """A ready 150 KB array (made once per process): transport alone is measured."""
-    if not _READY:
-        _READY.extend(np.full(TRANSPORT_BYTES, k, dtype=np.uint8) for k in range(READY_COUNT))
-    return _READY[index % READY_COUNT]
+    """A ready 150 KB array (made once per process, published whole as `_BASE` is):
+    transport alone is measured."""
+    global _READY
+    ready = _READY
+    if not ready:
+        ready = _READY = tuple(
+            np.full(TRANSPORT_BYTES, k, dtype=np.uint8) for k in range(READY_COUNT)
+        )
+    return ready[index % READY_COUNT]
 
 
 def _small(index: int) -> np.ndarray:
