@@ -18,7 +18,7 @@ before its pipeline is built; both kinds run on every interpreter.
             .mp_prefetch(MultiprocessingOptions(num_workers=k))
 
     (no read threads in a worker, so a worker is one thread of work). `f`:
-    ``pure_python``, an integer loop of ``--py-loop`` steps (~2-4 ms; CPU-bound
+    ``pure_python``, an integer loop of ``PY_LOOP`` steps (~1-1.4 ms; CPU-bound
     Python, holds the GIL); ``numpy``, elementwise ufuncs on a 256x256 float32
     array (~1-1.5 ms; numpy releases the GIL in its loops); ``jpeg``, Pillow
     decoding one of 32 256x256 JPEGs (~33 KB each, made at start and carried in
@@ -84,8 +84,8 @@ JPEG_SIDE = 256
 FIRST_BATCH = 32
 EXECUTORS = ("threads", "processes")
 MAPS = ("pure_python", "numpy", "jpeg")
-# The loop of the pure-Python map: ~3 ms on CPython 3.11 here, ~4 ms on 3.13t
-# (whose specializing interpreter is off in free-threaded builds).
+# The loop of the pure-Python map: ~1.0 ms of CPU on CPython 3.11 here, ~1.2-1.4 ms
+# on 3.13t (whose specializing interpreter is off in free-threaded builds).
 PY_LOOP = 20_000
 
 
@@ -96,7 +96,7 @@ def _pure_python(index: int) -> tuple[int, int]:
     # Only constants <= 256 in the loop: those are immortal. On 3.13t a larger int
     # constant of a code object loaded from a .pyc is not, and two threads loading it
     # fight over its reference count (this loop with 1103515245 and 0x7FFFFFFF ran
-    # 1.26x faster on 2 threads than on 1 here, against 1.8-2x from source).
+    # 1.26x faster on 2 threads than on 1 here, against 1.4-2x from source).
     acc = index
     for step in range(PY_LOOP):
         acc = (acc * 31 + step) % 251
