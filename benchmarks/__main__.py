@@ -101,6 +101,10 @@ SIZES["convert"] = {
 }
 # object_store starts moto and fake-gcs-server itself (SeaweedFS only by hand: --seaweed).
 SIZES["object_store"] = {"full": ["--records", "2000"], "quick": ["--records", "200"]}
+# Run on this interpreter and, where tools/freethreaded/test.sh made .venv-freethreaded
+# in the checkout, on free-threaded CPython with the GIL off (~1-2 min each).
+SIZES["freethreaded"] = {"full": ["--repeats", "5"], "quick": ["--quick"]}
+FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory")
 
@@ -179,6 +183,13 @@ TARGETS: dict[str, Target] = {
     "convert/*@single": Target(
         "ratio", ">=", 1.7, ">= 1.7x single process", "cluster conversion issue (22)"
     ),
+    "freethreaded/pure_python_threads_2 (*GIL off)@threads_1": Target(
+        "ratio", ">=", 1.8, ">= 1.8x 1 thread", "free-threading issue (30)"
+    ),
+    "freethreaded/transport_150kb_threads_2*@processes": Target(
+        "ratio", ">=", 5.0, ">= 5x processes", "free-threading issue (30)"
+    ),
+    "freethreaded/first_batch_*": Target("ours", "<=", 0.05, "<= 0.05 s", "issue 30"),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
     ),
@@ -200,6 +211,10 @@ KNOWN: dict[str, str] = {
     "device_put/throughput@*": (
         "the plain loop varies 1 100-2 800 batches/s from run to run on this VM; the "
         "target was met in two of three runs (README: device_put.py)"
+    ),
+    "freethreaded/*": (
+        "2 cores shared with whatever else runs: worker threads scale only on free cores; "
+        "see the CPU ms per element in the script's lines (README: freethreaded.py)"
     ),
     "mp/*": (
         "2 cores shared by the parent, the workers and any other process: under load "
@@ -295,6 +310,7 @@ class Context:
     torch_missing: str = ""
     tf_python: str | None = None
     tf_missing: str = ""
+    freethreaded_python: str | None = None
     timeout_s: float = 1800.0
     runs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
@@ -324,6 +340,10 @@ class Context:
             if self.tf_python is None:
                 raise BenchmarkError(f"tensorflow not available: {self.tf_missing}")
             python, env = self.tf_python, compare._clean_env()
+        elif side == "freethreaded":
+            if self.freethreaded_python is None:
+                raise BenchmarkError(f"no free-threaded interpreter at {FREETHREADED_VENV}")
+            python, env = self.freethreaded_python, {**self.ours_env(), "PYTHON_GIL": "0"}
         elif side == "torch":
             if self.torch_env is None:
                 raise BenchmarkError(f"torch not available: {self.torch_missing}")
@@ -972,6 +992,85 @@ def bench_object_store(ctx: Context) -> list[Row]:
     return rows
 
 
+def _freethreaded_rows(lines: list[dict[str, Any]]) -> list[Row]:
+    """The rows of one run of freethreaded.py, named after its interpreter."""
+    by_case = {line["case"]: line for line in lines}
+    head = by_case["interpreter"]
+    where = (
+        f"{head['python']}{'t' if head['free_threaded_build'] else ''}, "
+        f"GIL {'on' if head['gil_enabled'] else 'off'}"
+    )
+    rows = []
+    for name in ("pure_python", "numpy", "jpeg"):
+        two = by_case.get(f"map/{name}/threads_2")
+        if two is None:
+            continue
+        for peer_case, peer_id, peer in (
+            ("threads_1", "threads_1", "1 worker thread"),
+            ("serial", "serial", "the pipeline alone"),
+            ("processes_2", "processes", "2 worker processes"),
+        ):
+            other = by_case.get(f"map/{name}/{peer_case}")
+            rows.append(
+                Row(
+                    "freethreaded",
+                    f"{name}_threads_2 ({where})",
+                    "elements/s",
+                    two["elements_per_s"],
+                    peer_id,
+                    peer,
+                    other["elements_per_s"] if other else None,
+                    ok=two["ok"] and (other is None or other["ok"]),
+                    note=f"CPU ms/element {two['cpu_ms_per_element']} (2 threads)"
+                    + (f", {other['cpu_ms_per_element']} ({peer})" if other else ""),
+                )
+            )
+    threads, processes = (by_case.get(f"transport_150kb/{k}_2") for k in ("threads", "processes"))
+    if threads and processes:
+        rows.append(
+            Row(
+                "freethreaded",
+                f"transport_150kb_threads_2 ({where})",
+                "MB/s",
+                threads["mb_per_s"],
+                "processes",
+                "2 worker processes",
+                processes["mb_per_s"],
+                ok=threads["ok"] and processes["ok"],
+            )
+        )
+    for kind in ("threads", "processes"):
+        line = by_case.get(f"first_batch/{kind}_2")
+        if line:
+            spread = line["spread_ms"]
+            rows.append(
+                Row(
+                    "freethreaded",
+                    f"first_batch_{kind}_2 ({where})",
+                    "s",
+                    line["first_batch_s"],
+                    higher_is_better=False,
+                    ok=line["ok"],
+                    note=f"{spread['min']}-{spread['max']} ms over {line['repeats']} iterators",
+                )
+            )
+    return rows
+
+
+def bench_freethreaded(ctx: Context) -> list[Row]:
+    """freethreaded.py on this interpreter and on free-threaded CPython (GIL off) if present."""
+    lines, _ = ctx.run("freethreaded", ctx.sizes("freethreaded"))
+    rows = _freethreaded_rows(lines)
+    python = FREETHREADED_VENV / "bin" / "python"
+    if python.exists():
+        ctx.freethreaded_python = str(python)
+        lines, _ = ctx.run("freethreaded", ctx.sizes("freethreaded"), "freethreaded")
+        rows += _freethreaded_rows(lines)
+    else:
+        log(f"no {python}: tools/freethreaded/test.sh --co -q makes it; GIL build only")
+    return rows
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -985,6 +1084,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "device_put": bench_device_put,
     "convert": bench_convert,
     "object_store": bench_object_store,
+    "freethreaded": bench_freethreaded,
 }
 
 PEERS = {
@@ -1000,6 +1100,7 @@ PEERS = {
     "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",
     "convert": "single-process converter",
     "object_store": "C++ reader on local files",
+    "freethreaded": "1 worker thread, the pipeline alone, worker processes",
 }
 
 
