@@ -19,8 +19,8 @@ numpy, decoders in C) runs in parallel; pure Python work wants processes.
 Flow control. Each thread holds at most `buffer_size` finished elements ahead
 (at least one), each with its pipeline's state after it, as a worker process
 does: a credit per element, returned when the consumer takes it. Elements go
-over in groups of up to `_GROUP` while the consumer is behind, one by one
-while it waits.
+over in groups of up to `_GROUP`, none held longer than `_GROUP_S` (half a
+millisecond), and at once before the thread waits for credits.
 
 Stopping. Threads are daemons holding no reference to the consumer's
 iterator; `stop` sets their flags and drops what they read ahead. A thread
@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from typing import Any
 
 from grain_dataset import IterDataset, unstamped
@@ -43,36 +44,64 @@ from grain_dataset.extension import POLL_S, iter_worker_slice
 from grain_mp._executor import CLOSED, FAILED
 from grain_mp._mp_worker import ELEMENTS, END, where_it_failed
 
-# A thread hands over up to _GROUP elements in one message: one queue operation and
-# one wake-up of the consumer per element was most of the cost of a cheap element.
+# A thread hands over up to _GROUP elements in one message, none held longer than
+# _GROUP_S: one queue operation and one wake-up of the consumer per element was most
+# of the cost of a cheap element (the worker processes group the same way).
 _GROUP = 8
+_GROUP_S = 0.0005
+
+
+class _Credits:
+    """Elements a thread may still make, given back by the consumer in batches."""
+
+    def __init__(self, count: int):
+        self._count = count
+        self._changed = threading.Condition(threading.Lock())
+
+    def take_all(self, timeout: float) -> int:
+        """Every credit there is, waiting up to `timeout` for one; 0 if none came."""
+        with self._changed:
+            if not self._count:
+                self._changed.wait(timeout)
+            count, self._count = self._count, 0
+            return count
+
+    def give(self, count: int) -> None:
+        with self._changed:
+            self._count += count
+            self._changed.notify()
 
 
 class _Slice:
     """One thread's messages, credits and stop flag: all the thread shares with the consumer.
 
-    The thread may hold `size` elements ahead (at least one): it takes a credit
-    before making each, and the consumer returns one for each element it takes.
-    Elements go in groups, but never wait: a group is sent as soon as the
-    consumer has nothing queued, and before the thread waits for a credit.
+    The thread may hold `size` elements ahead (at least one): it spends a
+    credit on each element it makes, and the consumer gives one back for each
+    element it takes (in batches of half the buffer, and all it owes before it
+    waits on the thread). Elements go in groups (see `_GROUP`), and always
+    before the thread waits for credits.
     """
 
     def __init__(self, size: int):
-        self.queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self.credits = threading.Semaphore(max(1, size))
+        self.queue: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        self.credits = _Credits(max(1, size))
+        self.left = 0  # credits the thread holds: only the thread touches it
+        self.owed = 0  # elements taken, credits not given back yet: only the consumer
+        self.batch = max(1, size // 2)
         self.stop = threading.Event()
         # The thread's pipeline, for close() from another thread to interrupt its waits.
         self.iterator: Any = None
 
     def credit(self, group: list[tuple[Any, Any]]) -> bool:
-        """Takes a credit, first sending `group` if it must wait; False once stopped."""
-        if self.credits.acquire(blocking=False):
-            return True
-        self.flush(group)  # never hold elements while waiting for the consumer
-        while not self.stop.is_set():
-            if self.credits.acquire(timeout=POLL_S):
-                return True
-        return False
+        """Spends a credit, first sending `group` if it must wait; False once stopped."""
+        if not self.left:
+            self.flush(group)  # never hold elements while waiting for the consumer
+            while not self.left:
+                if self.stop.is_set():
+                    return False
+                self.left = self.credits.take_all(POLL_S)
+        self.left -= 1
+        return True
 
     def flush(self, group: list[tuple[Any, Any]]) -> None:
         if group:
@@ -101,7 +130,10 @@ def _thread_main(
         if state is not None:
             iterator.set_state(state)
         produced = 0
+        clock = time.perf_counter
+        since = 0.0
         while box.credit(group):
+            began = clock()
             try:
                 element = next(iterator)
             except StopIteration:
@@ -109,9 +141,13 @@ def _thread_main(
                 box.queue.put((END, iterator.get_state()))
                 return
             produced += 1
+            if not group:
+                since = began
             group.append((element, iterator.get_state()))
             del element
-            if len(group) >= _GROUP or box.queue.empty():
+            # A slow element goes at once: the next one would keep it waiting.
+            now = clock()
+            if len(group) >= _GROUP or now - since >= _GROUP_S:
                 box.flush(group)
     except BaseException as error:
         box.flush(group)  # the elements before the error come first, in order
@@ -202,6 +238,9 @@ class ThreadExecutor:
     def collect(self, index: int) -> tuple[Any, ...]:
         """The next message of thread `index`; CLOSED once close() from another thread came."""
         box = self._boxes[index]  # type: ignore[index]
+        if box.owed:  # the thread may be waiting for them
+            box.credits.give(box.owed)
+            box.owed = 0
         while True:
             try:
                 return box.queue.get(
@@ -214,5 +253,9 @@ class ThreadExecutor:
     def take(self, index: int, payload: Any) -> Any:
         boxes = self._boxes
         if boxes is not None:
-            boxes[index].credits.release()
+            box = boxes[index]
+            box.owed += 1
+            if box.owed >= box.batch:
+                box.credits.give(box.owed)
+                box.owed = 0
         return payload  # the element itself: threads share memory
