@@ -341,14 +341,6 @@ def _messages(tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    not getattr(sys, "_is_gil_enabled", lambda: True)(),
-    reason="3.13t: mp_prefetch forks while this process runs threads, and Python 3.12+ "
-    "warns (DeprecationWarning, an error here); threads are to replace processes on "
-    "free-threaded builds (issue 30, threads as workers)",
-    raises=DeprecationWarning,
-    strict=True,
-)
 def test_troubleshooting_quotes_real_messages(tmp_path, monkeypatch):
     import jax
 

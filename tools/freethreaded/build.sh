@@ -49,7 +49,12 @@ trap 'rm -rf "$WORK"' EXIT
 echo "building free-threaded CPython $VERSION (log: $LOG)" >&2
 START=$SECONDS
 
-{
+# The build runs in a subshell with its own errexit, its output in the log. Not as
+# `{ ...; } >>LOG || handler`: bash ignores errexit on the left of ||, so a failed
+# step went on to the next one, and an `exit` in the braces skipped the handler.
+set +e
+(
+    set -e
     # Fetch the source package without touching the system's apt state.
     mkdir -p "$WORK/apt/lists/partial" "$WORK/apt/cache/archives/partial" "$WORK/src"
     cat >"$WORK/apt/trixie-src.sources" <<SOURCES
@@ -101,12 +106,14 @@ SOURCES
     ./configure --disable-gil --prefix="$PREFIX"
     make -j"$JOBS"
     make install
-} >>"$LOG" 2>&1 || {
-    STATUS=$?
+) >>"$LOG" 2>&1
+STATUS=$?
+set -e
+if [ "$STATUS" -ne 0 ]; then
     echo "free-threaded CPython build failed (status $STATUS); last lines of $LOG:" >&2
     tail -n 30 "$LOG" >&2
     exit "$STATUS"
-}
+fi
 
 if ! check; then
     echo "built $PYTHON, but it is not a free-threaded interpreter (log: $LOG)" >&2

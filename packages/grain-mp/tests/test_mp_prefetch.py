@@ -13,6 +13,7 @@ import textwrap
 import threading
 import time
 import traceback
+import warnings
 
 import numpy as np
 import pytest
@@ -208,7 +209,9 @@ def test_a_killed_worker_is_reported_within_seconds_naming_it():
     assert _no_children_left()
 
 
-def _drain(iterator):
+def _drain(iterator, started=None):
+    if started is not None:
+        started.set()
     for _ in iterator:
         pass
 
@@ -237,12 +240,41 @@ def test_keyboard_interrupt_while_waiting_stops_cleanly():
     ds = MapDataset.range(10_000).to_iter_dataset().map(_image).map(_slow)
     it = iter(ds.mp_prefetch(_options(2)))
     next(it)
-    threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+    draining = threading.Event()
+
+    def interrupt():
+        draining.wait()
+        time.sleep(0.05)  # into the waits on the workers
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # Not a Timer started just before the drain: on a loaded machine it could fire
+    # before this thread returned from starting it, outside pytest.raises.
+    threading.Thread(target=interrupt, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
-        _drain(it)
+        _drain(it, started=draining)
     it.close()
     assert _no_children_left()
     assert _our_segments() == []
+
+
+def test_forking_beside_other_threads_does_not_warn(monkeypatch):
+    # Python 3.12+ warns (DeprecationWarning) at a fork while the process has other
+    # threads; mp_prefetch forks its workers on purpose and silences that warning
+    # for their start only (grain_mp._process_executor._start_quietly).
+    monkeypatch.setenv("GRAIN_MP_START_METHOD", "fork")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait, daemon=True)
+    other.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = list(_pipeline(20).mp_prefetch(_options(2)))
+    finally:
+        stop.set()
+        other.join()
+    assert got == list(_pipeline(20))
+    assert [str(w.message) for w in caught if "fork" in str(w.message)] == []
+    assert _no_children_left()
 
 
 def _add_under(lock, x):

@@ -10,9 +10,11 @@ SIGKILLed (the next sweep); and no process prints a warning.
 """
 
 import collections
+import functools
 import gc
 import json
 import multiprocessing
+import operator
 import os
 import pickle
 import queue
@@ -262,6 +264,41 @@ def test_zero_copy_views_hold_the_segment_until_they_die():
     del part
     gc.collect()
     assert reader.take_released() == [payload.segment]
+    reader.close()
+    pool.close()
+
+
+class _InterruptedError(Exception):
+    """What the test's signal handler raises, as Python's raises KeyboardInterrupt."""
+
+
+def _raise_interrupted(*_):
+    raise _InterruptedError
+
+
+def test_a_signal_as_the_last_view_dies_is_raised_in_the_consumer():
+    # A signal's Python handler runs at the next bytecode that checks for signals.
+    # When the consumer drops an element just after Ctrl-C, a lease callback
+    # written in Python would be that place: KeyboardInterrupt would be printed as
+    # ignored there and the iteration would go on (mp_prefetch's Ctrl-C test hung
+    # or saw no KeyboardInterrupt on a loaded free-threaded run).
+    pool = SegmentPool(owner_pid=os.getpid())
+    reader = SegmentReader()
+    payload = pool.encode(np.arange(10_000.0))
+    views = [reader.decode(payload, copy=False)]
+    # C only, from the signal to the drop: SIGPROF comes after 1 ms of CPU time, in
+    # the sum (a few times longer), and no bytecode of ours runs before the drop.
+    arm = functools.partial(signal.setitimer, signal.ITIMER_PROF, 0.001)
+    busy = functools.partial(sum, range(5_000_000))
+    previous = signal.signal(signal.SIGPROF, _raise_interrupted)
+    try:
+        with pytest.raises(_InterruptedError):
+            list(map(operator.call, [arm, busy, views.clear]))
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+    assert views == []
+    assert reader.take_released() == [payload.segment]  # and the name was not lost
     reader.close()
     pool.close()
 

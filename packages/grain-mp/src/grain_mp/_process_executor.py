@@ -100,17 +100,33 @@ def _stop_all_at_exit() -> None:
 
 
 def _start_quietly(process: multiprocessing.process.BaseProcess) -> None:
-    """Starts a worker, silencing JAX's fork warning.
+    """Starts a worker, silencing the two warnings about our deliberate fork.
 
     JAX registers an at-fork hook that warns whenever a process forks after
     jax is imported. Our forked workers run only the data pipeline, on the CPU
     (`worker_env`), and never use the parent's jax backends, which is the case
     that warning is about; a pipeline that does call jax in its workers should
     set GRAIN_MP_START_METHOD=forkserver (or spawn).
+
+    Python 3.12+ warns (DeprecationWarning) at every fork of a process that has
+    more than one OS thread, counted from /proc: jax's and BLAS's native pools,
+    a thread prefetch's daemons and pytest-xdist's I/O thread all count, busy or
+    not. Forking is our documented default (`grain_mp._start`); the one reader
+    known not to survive it (ArrayRecord's) makes the workers start from the
+    fork server instead, and GRAIN_MP_START_METHOD is the user's way out for
+    anything else. The warning names neither grain nor that switch (it points
+    into multiprocessing), so here it would only be noise, or an error under
+    ``-W error`` and pytest's warnings-as-errors. Filtered for this call only,
+    by its message: a fork elsewhere in the program still warns.
     """
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning
+        )
+        warnings.filterwarnings(
+            "ignore",
+            message=r"This process \(pid=\d+\) is multi-threaded, use of fork\(\)",
+            category=DeprecationWarning,
         )
         process.start()
 

@@ -581,10 +581,19 @@ class SegmentReader:
     def __init__(self, release: Callable[[str], None] | None = None) -> None:
         self._release = release
         self._ready: list[str] = []
-        # Filled by finalizers of zero-copy leases, in whatever thread drops the
-        # last view: deque.append is atomic and takes no lock that the thread may
-        # already hold, unlike putting on a multiprocessing Queue there.
-        self._pending: collections.deque[str] = collections.deque()
+        # The zero-copy leases alive, by the id of their weak reference: (that
+        # reference, the segment's name). Only the decoding thread touches it.
+        self._leases: dict[int, tuple[weakref.ref[Any], str]] = {}
+        # The weak references of dead leases, appended by the reference's own
+        # callback in whatever thread drops the last view. The callback is
+        # deque.append itself, no Python function: no bytecode runs there, so a
+        # signal (Ctrl-C) that arrives meanwhile raises KeyboardInterrupt in the
+        # consumer's code, where it propagates, and not in a weakref callback,
+        # where Python would print it as ignored and iteration would go on
+        # (weakref.finalize's __call__ is Python code). deque.append is atomic and
+        # takes no lock that the thread may already hold, unlike putting on a
+        # multiprocessing Queue there.
+        self._dead: collections.deque[weakref.ref[Any]] = collections.deque()
         self._state = _ReaderState()
         self._finalizer = weakref.finalize(self, _close_reader, self._state)
 
@@ -628,15 +637,15 @@ class SegmentReader:
             self._released(name)
         else:
             # Every view's base is this lease (numpy collapses view chains onto the
-            # first array whose base is not an array), so its finalizer runs exactly
-            # when the last view of this element dies.
+            # first array whose base is not an array), so its weak reference's
+            # callback runs exactly when the last view of this element dies.
             lease = np.frombuffer(mapping, np.uint8)
             arrays = [
                 np.ndarray(shape, dtype, lease, offset, order="F" if fortran else "C")
                 for offset, shape, dtype, fortran in payload.leaves
             ]
-            # Not at exit: nobody would receive the name any more.
-            weakref.finalize(lease, self._pending.append, name).atexit = False
+            reference = weakref.ref(lease, self._dead.append)
+            self._leases[id(reference)] = (reference, name)
             del lease
         if payload.skeleton == _SINGLE_SKELETON:
             return arrays[0]
@@ -661,9 +670,10 @@ class SegmentReader:
             self._release(name)
 
     def _deliver(self) -> None:
-        pending = self._pending
-        while pending:
-            self._released(pending.popleft())
+        dead, leases = self._dead, self._leases
+        while dead:
+            _, name = leases.pop(id(dead.popleft()))
+            self._released(name)
 
     def _mapping(self, name: str) -> mmap.mmap:
         state = self._state
