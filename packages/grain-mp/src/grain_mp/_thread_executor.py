@@ -17,8 +17,9 @@ included. What they cost: with the GIL on, only work that releases it (I/O,
 numpy, decoders in C) runs in parallel; pure Python work wants processes.
 
 Flow control. Each thread holds at most `buffer_size` finished elements ahead
-(at least one), each with its pipeline's state after it, as a worker process
-does: a credit per element, returned when the consumer takes it. Elements go
+(at least one), each with its pipeline's state after it, and makes the next
+meanwhile, as a worker process does: a credit per element sent, returned when
+the consumer takes it. Elements go
 over in groups of up to `_GROUP`, none held longer than `_GROUP_S` (half a
 millisecond), and at once before the thread waits for credits.
 
@@ -75,8 +76,9 @@ class _Credits:
 class _Slice:
     """One thread's messages, credits and stop flag: all the thread shares with the consumer.
 
-    The thread may hold `size` elements ahead (at least one): it spends a
-    credit on each element it makes, and the consumer gives one back for each
+    The thread may hold `size` elements ahead (at least one) besides the one it
+    is making: it spends a credit to send each element it made, and the
+    consumer gives one back for each
     element it takes (in batches of half the buffer, and all it owes before it
     waits on the thread). Elements go in groups (see `_GROUP`), and always
     before the thread waits for credits.
@@ -132,7 +134,7 @@ def _thread_main(
         produced = 0
         clock = time.perf_counter
         since = 0.0
-        while box.credit(group):
+        while not box.stop.is_set():
             began = clock()
             try:
                 element = next(iterator)
@@ -141,13 +143,17 @@ def _thread_main(
                 box.queue.put((END, iterator.get_state()))
                 return
             produced += 1
+            after = iterator.get_state()
+            # Made first, sent against a credit: the next element is made while this
+            # one waits for the consumer, as in a worker process.
+            if not box.credit(group):
+                return
             if not group:
                 since = began
-            group.append((element, iterator.get_state()))
-            del element
+            group.append((element, after))
+            del element, after
             # A slow element goes at once: the next one would keep it waiting.
-            now = clock()
-            if len(group) >= _GROUP or now - since >= _GROUP_S:
+            if len(group) >= _GROUP or clock() - since >= _GROUP_S:
                 box.flush(group)
     except BaseException as error:
         box.flush(group)  # the elements before the error come first, in order
