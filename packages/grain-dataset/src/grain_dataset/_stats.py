@@ -23,6 +23,7 @@ remains (measured in benchmarks/stats_overhead.py).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 import weakref
@@ -226,7 +227,7 @@ def track(iterator: Any) -> Any:
     """Starts recording statistics in `iterator` and every iterator it reads from."""
     key = id(iterator)
     if key not in _TRACKED:
-        _TRACKED[key] = weakref.ref(iterator, lambda ref, key=key: _forget(key, ref))
+        _TRACKED[key] = weakref.ref(iterator, functools.partial(_forget, key))
     pending = [iterator]
     while pending:
         it = pending.pop()
