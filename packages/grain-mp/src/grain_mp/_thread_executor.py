@@ -53,24 +53,29 @@ _GROUP_S = 0.0005
 
 
 class _Credits:
-    """Elements a thread may still make, given back by the consumer in batches."""
+    """Elements a thread may still make, given back by the consumer in batches.
+
+    A queue of counts: its get and put are C code, where a Condition's wait and
+    notify run Python code on every hand-off.
+    """
 
     def __init__(self, count: int):
-        self._count = count
-        self._changed = threading.Condition(threading.Lock())
+        self._counts: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._counts.put(count)
 
     def take_all(self, timeout: float) -> int:
         """Every credit there is, waiting up to `timeout` for one; 0 if none came."""
-        with self._changed:
-            if not self._count:
-                self._changed.wait(timeout)
-            count, self._count = self._count, 0
-            return count
+        try:
+            count = self._counts.get(True, timeout)
+        except queue.Empty:
+            return 0
+        with contextlib.suppress(queue.Empty):
+            while True:
+                count += self._counts.get_nowait()
+        return count
 
     def give(self, count: int) -> None:
-        with self._changed:
-            self._count += count
-            self._changed.notify()
+        self._counts.put(count)
 
 
 class _Slice:
