@@ -204,6 +204,7 @@ EXPORTS = {
         "POLL_S",
         "PositionalSplit",
         "StageIterator",
+        "WeakRegistry",
         "WrongTypeError",
         "add_lock",
         "check_below",

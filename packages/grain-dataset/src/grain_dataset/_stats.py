@@ -23,16 +23,15 @@ remains (measured in benchmarks/stats_overhead.py).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import time
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from grain_dataset._element_spec import leaf_spec, map_with_path
 from grain_dataset._guard import NextHook, set_timer
+from grain_dataset._weak_registry import WeakRegistry
 
 
 @dataclass
@@ -205,29 +204,19 @@ def _timer(cls: type[Any], record: _Record) -> NextHook:
     return timed
 
 
-# Every iterator `track` was called on, while it lives (grain.monitoring lists them), by
-# id. Not a WeakSet: listing one while another thread adds to it raises "Set changed size
-# during iteration"; a dict's copy is atomic (also without the GIL), and each entry's
-# weak reference removes it when its iterator dies, before the id can be reused.
-_TRACKED: dict[int, weakref.ref[Any]] = {}
+# Every iterator `track` was called on, while it lives (grain.monitoring lists them while
+# other threads start more: a WeakRegistry, not a WeakSet).
+_TRACKED = WeakRegistry()
 
 
 def tracked_iterators() -> list[Any]:
     """The live iterators `track` started recording in."""
-    alive = (ref() for ref in _TRACKED.copy().values())
-    return [iterator for iterator in alive if iterator is not None]
-
-
-def _forget(key: int, ref: weakref.ref[Any]) -> None:
-    if _TRACKED.get(key) is ref:
-        _TRACKED.pop(key, None)
+    return _TRACKED.alive()
 
 
 def track(iterator: Any) -> Any:
     """Starts recording statistics in `iterator` and every iterator it reads from."""
-    key = id(iterator)
-    if key not in _TRACKED:
-        _TRACKED[key] = weakref.ref(iterator, functools.partial(_forget, key))
+    _TRACKED.add(iterator)
     pending = [iterator]
     while pending:
         it = pending.pop()

@@ -51,6 +51,9 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                not made by ``iter(dataset)`` (ElasticIterator, the DataLoader's
                pipeline) gets its fingerprint written into its state files and,
                with `stamp`, into its dict states, and checked on restore.
+  registries   WeakRegistry: live objects held weakly, which an exit hook or a
+               monitor lists while other threads add more (a WeakSet raises
+               there).
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
                Orbax-shaped save_coroutine / load_coroutine. An iterator class
@@ -96,6 +99,7 @@ from grain_dataset._state_file import read_state_into as read_state_into
 from grain_dataset._state_file import save_coroutine as save_coroutine
 from grain_dataset._state_file import state_to_text as state_to_text
 from grain_dataset._state_file import write_state as write_state
+from grain_dataset._weak_registry import WeakRegistry as WeakRegistry
 from grain_dataset._worker_slice import iter_worker_slice as iter_worker_slice
 from grain_sources import reads_in_batches as reads_in_batches
 
@@ -109,6 +113,7 @@ __all__ = [
     "OutOfRangeError",
     "PositionalSplit",
     "StageIterator",
+    "WeakRegistry",
     "WrongTypeError",
     "add_lock",
     "check_below",

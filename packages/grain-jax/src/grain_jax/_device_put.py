@@ -49,7 +49,6 @@ import collections
 import contextlib
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +58,7 @@ from grain_dataset import (
     MapDataset,
     ThreadPrefetchDatasetIterator,
 )
+from grain_dataset.extension import WeakRegistry
 
 if TYPE_CHECKING:
     import jax
@@ -403,38 +403,10 @@ class _ExitGuard:
             )
 
 
-class _WeakRegistry:
-    """Objects held weakly, by id, that the exit hook lists while other threads add more.
-
-    Not a WeakSet: listing one while another thread adds to it raises "Set changed
-    size during iteration" (and the exit hook would then stop nothing); a dict's
-    copy is atomic, also without the GIL. An entry's weak reference removes it when
-    its object dies, before the id can be reused.
-    """
-
-    def __init__(self) -> None:
-        self._refs: dict[int, weakref.ref[Any]] = {}
-
-    def add(self, obj: Any) -> None:
-        key = id(obj)
-        refs = self._refs
-
-        def forget(ref: weakref.ref[Any]) -> None:
-            if refs.get(key) is ref:
-                refs.pop(key, None)
-
-        if key not in refs:
-            refs[key] = weakref.ref(obj, forget)
-
-    def alive(self) -> list[Any]:
-        found = (ref() for ref in self._refs.copy().values())
-        return [obj for obj in found if obj is not None]
-
-
 _exit_guard = _ExitGuard()
-_live_iterators = _WeakRegistry()  # DevicePutDatasetIterators
+_live_iterators = WeakRegistry()  # DevicePutDatasetIterators
 # Producer threads of closed iterators that may still be winding down.
-_closing_threads = _WeakRegistry()
+_closing_threads = WeakRegistry()
 _hook_lock = threading.Lock()
 _hook_registered = False
 

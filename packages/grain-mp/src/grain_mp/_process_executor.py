@@ -44,10 +44,10 @@ import multiprocessing
 import os
 import signal
 import warnings
-import weakref
 from multiprocessing import connection, resource_tracker
 from typing import Any
 
+from grain_dataset.extension import WeakRegistry
 from grain_mp import _start, worker_env
 from grain_mp._ending import end_processes
 from grain_mp._executor import FAILED
@@ -67,36 +67,17 @@ _NATIVE_CRASH = (
 )
 _JOIN_S = 2.0
 
-# Executors with running workers, by id. At exit they are stopped before multiprocessing
-# terminates its daemon children, so that every segment is unlinked by its owner. Not a
-# WeakSet: listing one while another thread adds to it raises "Set changed size during
-# iteration" (which would skip every stop); a dict's copy is atomic, also without the GIL.
-_RUNNING: dict[int, weakref.ref[Any]] = {}
-
-
-def _running(executor: Any) -> None:
-    key = id(executor)
-
-    def forget(ref: weakref.ref[Any]) -> None:  # the executor died without stop()
-        if _RUNNING.get(key) is ref:
-            _RUNNING.pop(key, None)
-
-    _RUNNING[key] = weakref.ref(executor, forget)
-
-
-def _stopped(executor: Any) -> None:
-    ref = _RUNNING.get(id(executor))
-    if ref is not None and ref() is executor:
-        _RUNNING.pop(id(executor), None)
+# Executors with running workers. At exit they are stopped before multiprocessing
+# terminates its daemon children, so that every segment is unlinked by its owner (a
+# WeakRegistry: a thread may start workers while the hook lists them).
+_RUNNING = WeakRegistry()
 
 
 @atexit.register
 def _stop_all_at_exit() -> None:
-    for ref in _RUNNING.copy().values():
-        executor = ref()
-        if executor is not None:
-            with contextlib.suppress(Exception):
-                executor.stop()
+    for executor in _RUNNING.alive():
+        with contextlib.suppress(Exception):
+            executor.stop()
 
 
 def _start_quietly(process: multiprocessing.process.BaseProcess) -> None:
@@ -256,14 +237,14 @@ class ProcessExecutor:
                     worker.grant(self._buffer_size, [])
             self._by_pid = {worker.process.pid: i for i, worker in enumerate(workers)}
             self._workers = workers
-            _running(self)
+            _RUNNING.add(self)
         except BaseException:
             _stop_workers(workers)
             raise
         return workers
 
     def stop(self) -> None:
-        _stopped(self)
+        _RUNNING.discard(self)
         workers, self._workers = self._workers, None
         pids = [worker.process.pid for worker in workers or ()]
         _stop_workers(workers or [])
