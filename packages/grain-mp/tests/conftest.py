@@ -2,6 +2,8 @@
 
 import gc
 import os
+import threading
+import time
 
 import pytest
 
@@ -26,6 +28,27 @@ def executor(request):
     config.update("py_worker_executor", request.param)
     yield request.param
     config.reset("py_worker_executor")
+
+
+@pytest.fixture
+def new_threads():
+    """`new_threads(wait_s=0.0)`: the threads started since the test began, still alive.
+
+    It waits up to `wait_s` seconds for them to end. Threads of earlier tests
+    that end meanwhile do not count (a thread count would).
+    """
+    before = set(threading.enumerate())
+
+    def alive(wait_s: float = 0.0) -> list[threading.Thread]:
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+            if not left or time.monotonic() >= deadline:
+                return left
+            gc.collect()
+            time.sleep(0.02)
+
+    return alive
 
 
 @pytest.fixture

@@ -121,7 +121,9 @@ def _assert_closed_while_waiting(iterator, consumer):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("method", ["fork", "forkserver"])
-def test_close_from_another_thread_ends_stuck_workers_and_the_pending_next(method, monkeypatch):
+def test_close_from_another_thread_ends_stuck_workers_and_the_pending_next(
+    method, monkeypatch, new_threads
+):
     monkeypatch.setenv("GRAIN_MP_START_METHOD", method)
 
     def hang_from_20(x):  # local: the fork server's workers get it by value, not by import
@@ -129,7 +131,6 @@ def test_close_from_another_thread_ends_stuck_workers_and_the_pending_next(metho
             time.sleep(3600)
         return np.full(8192, x, np.uint8)
 
-    threads = set(threading.enumerate())
     ds = MapDataset.range(40).map(hang_from_20).to_iter_dataset()
     iterator = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
     consumer = _Consumer(iterator)
@@ -138,12 +139,11 @@ def test_close_from_another_thread_ends_stuck_workers_and_the_pending_next(metho
     _assert_closed_while_waiting(iterator, consumer)
     assert not multiprocessing.active_children()
     assert not _our_segments()
-    assert _new_threads(threads) == []  # threads of earlier tests may end meanwhile
+    assert new_threads() == []
 
 
 @pytest.mark.timeout(30)
-def test_close_from_another_thread_ends_stuck_data_loader_workers():
-    threads = set(threading.enumerate())
+def test_close_from_another_thread_ends_stuck_data_loader_workers(new_threads):
     loader = DataLoader(
         data_source=list(range(40)),
         sampler=IndexSampler(40, NoSharding(), num_epochs=1),
@@ -156,7 +156,7 @@ def test_close_from_another_thread_ends_stuck_data_loader_workers():
     _assert_closed_while_waiting(iterator, consumer)
     assert not multiprocessing.active_children()
     assert not _our_segments()
-    assert _new_threads(threads) == []  # threads of earlier tests may end meanwhile
+    assert new_threads() == []
 
 
 @pytest.mark.timeout(30)
@@ -179,10 +179,6 @@ def test_closing_stuck_workers_takes_at_most_two_seconds_for_all_of_them(hang, l
     assert not multiprocessing.active_children()
 
 
-def _new_threads(before):
-    return [t for t in threading.enumerate() if t not in before and t.is_alive()]
-
-
 def _hang_at(release, stuck, x):
     if x == 4:
         stuck.set()
@@ -191,9 +187,10 @@ def _hang_at(release, stuck, x):
 
 
 @pytest.mark.timeout(30)
-def test_close_from_another_thread_leaves_only_the_stuck_thread_and_nothing_it_holds():
+def test_close_from_another_thread_leaves_only_the_stuck_thread_and_nothing_it_holds(
+    new_threads,
+):
     release, stuck = threading.Event(), threading.Event()
-    threads = set(threading.enumerate())
     source = MapDataset.range(40).map(functools.partial(_hang_at, release, stuck))
     ds = multithread_prefetch(
         source.to_iter_dataset(ReadOptions(num_threads=0)), num_threads=2, buffer_size=2
@@ -204,8 +201,8 @@ def test_close_from_another_thread_leaves_only_the_stuck_thread_and_nothing_it_h
         stuck.wait(10)
         _assert_closed_while_waiting(iterator, consumer)
         # Thread 0 (elements 0, 2, 4, ...) is stuck at 4; thread 1 stops (within POLL_S).
-        _wait_until(lambda: len(_new_threads(threads)) == 1, timeout=2)
-        left = _new_threads(threads)
+        _wait_until(lambda: len(new_threads()) == 1, timeout=2)
+        left = new_threads()
         assert [t.name for t in left] == ["grain-multithread-prefetch-0"]
         assert left[0].daemon
         # It holds its own copy of the pipeline, not the iterator nor this stage.

@@ -7,7 +7,6 @@ one restores on the other. Threads never pickle the pipeline, never copy an
 element and leave no thread behind.
 """
 
-import gc
 import multiprocessing
 import threading
 import time
@@ -74,17 +73,6 @@ def _same(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
-def _started_since(before, seconds=5.0):
-    """The threads started since `before` (a set of threads) still alive after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        left = [t for t in threading.enumerate() if t not in before]
-        if not left or time.monotonic() > deadline:
-            return left
-        gc.collect()
-        time.sleep(0.02)
 
 
 @pytest.fixture(autouse=True)
@@ -168,13 +156,12 @@ def test_worker_init_fn_runs_once_in_every_thread_before_its_elements():
     assert threading.current_thread().name not in first_element_by_thread
 
 
-def test_an_error_in_a_worker_thread_reaches_the_consumer_with_its_place():
+def test_an_error_in_a_worker_thread_reaches_the_consumer_with_its_place(new_threads):
     def fail_on_13(x):
         if x == 13:
             raise KeyError(f"bad record {x}")
         return x
 
-    before = set(threading.enumerate())
     _use("threads")
     ds = MapDataset.range(40).map(fail_on_13).to_iter_dataset()
     ds = ds.mp_prefetch(MultiprocessingOptions(num_workers=2), sequential_slice=False)
@@ -184,12 +171,11 @@ def test_an_error_in_a_worker_thread_reaches_the_consumer_with_its_place():
     assert seen == list(range(13))
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "grain worker 1 of 2 raised it on element 6 of its slice" in notes
-    assert _started_since(before) == []
+    assert new_threads(5.0) == []
 
 
 @pytest.mark.parametrize("how", ["close", "break", "del", "end"])
-def test_no_worker_thread_is_left_after_stopping(how):
-    before = set(threading.enumerate())
+def test_no_worker_thread_is_left_after_stopping(how, new_threads):
     _use("threads")
 
     def slow(x):
@@ -203,7 +189,7 @@ def test_no_worker_thread_is_left_after_stopping(how):
         assert len(list(it)) == 400
     else:
         next(it)
-        assert _started_since(before, 0)
+        assert new_threads()
         if how == "close":
             it.close()
         elif how == "del":
@@ -212,7 +198,7 @@ def test_no_worker_thread_is_left_after_stopping(how):
             for _ in it:
                 break
             it.close()
-    assert _started_since(before) == []
+    assert new_threads(5.0) == []
 
 
 def _sampler(n, epochs=1, shard=None):
@@ -256,14 +242,15 @@ def test_elastic_iterator_runs_on_threads_with_the_processes_batches():
     _same(batches("threads"), batches("processes"))
 
 
-def test_close_from_another_thread_ends_a_next_that_waits_on_a_stuck_worker_thread():
+def test_close_from_another_thread_ends_a_next_that_waits_on_a_stuck_worker_thread(
+    new_threads,
+):
     release = threading.Event()
 
     def stuck(x):
         release.wait(30)
         return x
 
-    before = set(threading.enumerate())
     _use("threads")
     ds = MapDataset.range(40).map(stuck).to_iter_dataset(ReadOptions(num_threads=0))
     iterator = iter(ds.mp_prefetch(MultiprocessingOptions(num_workers=2)))
@@ -288,4 +275,4 @@ def test_close_from_another_thread_ends_a_next_that_waits_on_a_stuck_worker_thre
     assert isinstance(outcome[0], ValueError)
     assert "closed" in str(outcome[0])
     release.set()  # the stuck threads return from the map, see the stop flag and end
-    assert _started_since(before) == []
+    assert new_threads(5.0) == []

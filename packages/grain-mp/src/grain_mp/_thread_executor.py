@@ -83,10 +83,9 @@ class _Slice:
 
     The thread may hold `size` elements ahead (at least one) besides the one it
     is making: it spends a credit to send each element it made, and the
-    consumer gives one back for each
-    element it takes (in batches of half the buffer, and all it owes before it
-    waits on the thread). Elements go in groups (see `_GROUP`), and always
-    before the thread waits for credits.
+    consumer gives one back for each element it takes (in batches of half the
+    buffer, and all it owes before it waits on the thread). Elements go in
+    groups (see `_GROUP`), and always before the thread waits for credits.
     """
 
     def __init__(self, size: int):
