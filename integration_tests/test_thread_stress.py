@@ -190,32 +190,21 @@ def _assert_gil_stays_off() -> None:
         assert not sys._is_gil_enabled(), "an imported module turned the GIL back on"
 
 
-def _run(rounds: int, tmp_path: Path) -> None:
-    _assert_gil_stays_off()
-    expected = {}
-    for name, make in PIPELINES.items():
-        iterator = iter(make())
-        expected[name] = _take(iterator)
-        iterator.close()
-    time.sleep(0.05)
-    baseline = threading.active_count()
-    errors: list[tuple[int, BaseException]] = []
-    start = threading.Barrier(THREADS)
+def _from_threads(work: Callable[[int], None], count: int = THREADS) -> None:
+    """Runs ``work(i)`` in `count` threads started together; raises the first error."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(count)
 
-    def work(index: int) -> None:
-        rng = random.Random(index)
-        names = list(PIPELINES) * rounds
-        rng.shuffle(names)
+    def run(index: int) -> None:
         start.wait()
         try:
-            for round_, name in enumerate(names):
-                _check_round(name, expected[name], rng, tmp_path / f"t{index}-{round_}")
+            work(index)
         except BaseException as error:
-            errors.append((index, error))
+            errors.append(error)
 
     threads = [
-        threading.Thread(target=work, args=(i,), name=f"stress-{i}", daemon=True)
-        for i in range(THREADS)
+        threading.Thread(target=run, args=(i,), name=f"stress-{i}", daemon=True)
+        for i in range(count)
     ]
     for thread in threads:
         thread.start()
@@ -225,12 +214,32 @@ def _run(rounds: int, tmp_path: Path) -> None:
     stuck = [thread.name for thread in threads if thread.is_alive()]
     assert not stuck, f"still running after {JOIN_S} s: {stuck}"
     if errors:
-        raise errors[0][1]
+        raise errors[0]
+
+
+def _run(rounds: int, tmp_path: Path) -> None:
+    _assert_gil_stays_off()
+    expected = {}
+    for name, make in PIPELINES.items():
+        iterator = iter(make())
+        expected[name] = _take(iterator)
+        iterator.close()
+    time.sleep(0.05)
+    baseline = threading.active_count()
+
+    def work(index: int) -> None:
+        rng = random.Random(index)
+        names = list(PIPELINES) * rounds
+        rng.shuffle(names)
+        for round_, name in enumerate(names):
+            _check_round(name, expected[name], rng, tmp_path / f"t{index}-{round_}")
+
+    _from_threads(work)
     # Every read, prefetch and pipeline thread ends soon after its iterator's close().
     deadline = time.monotonic() + 5.0
     while threading.active_count() > baseline and time.monotonic() < deadline:
         time.sleep(0.02)
-    left = [t.name for t in threading.enumerate() if t not in threads]
+    left = [t.name for t in threading.enumerate()]
     assert threading.active_count() <= baseline, f"threads left after close: {left}"
     _assert_gil_stays_off()
 
@@ -244,28 +253,6 @@ def test_many_threads_build_iterate_checkpoint_and_close_pipelines(tmp_path):
 @pytest.mark.timeout(600)
 def test_many_threads_many_rounds(tmp_path):
     _run(rounds=8, tmp_path=tmp_path)
-
-
-def _from_threads(work: Callable[[int], None], count: int = THREADS) -> None:
-    """Runs ``work(i)`` in `count` threads started together; raises the first error."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
-
-    def run(index: int) -> None:
-        start.wait()
-        try:
-            work(index)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(JOIN_S)
-    assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
-    if errors:
-        raise errors[0]
 
 
 @pytest.mark.timeout(120)
