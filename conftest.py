@@ -69,17 +69,12 @@ def _skip_if_unavailable(error: BaseException) -> None:
 if FREE_THREADED:
 
     @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(item: pytest.Item) -> object:
+    def _skip_what_has_no_wheel(item: pytest.Item) -> object:
         try:
             return (yield)
         except ImportError as error:
             _skip_if_unavailable(error)
             raise
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(item: pytest.Item) -> object:
-        try:
-            return (yield)
-        except ImportError as error:
-            _skip_if_unavailable(error)
-            raise
+    # A test's setup (fixtures) and its call may both import such a module.
+    pytest_runtest_setup = pytest_runtest_call = _skip_what_has_no_wheel
