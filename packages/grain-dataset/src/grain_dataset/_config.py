@@ -40,8 +40,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-_TRACEBACK_MODES = ("auto", "off", "tracebackhide", "quiet_remove_frames", "remove_frames")
-
 
 def _bool(value: Any, name: str) -> bool:
     if isinstance(value, str):
@@ -66,24 +64,18 @@ def _int(value: Any, name: str) -> int:
     return number
 
 
-def _traceback_mode(value: Any, name: str) -> str:
-    if not isinstance(value, str) or value.strip().lower() not in _TRACEBACK_MODES:
-        raise ValueError(
-            f"config option {name!r} must be one of {', '.join(_TRACEBACK_MODES)}, got {value!r}."
-        )
-    return value.strip().lower()
+def _one_of(*choices: str) -> Callable[[Any, str], str]:
+    """A parser of an option whose value is one of `choices` (any case, spaces around)."""
 
+    def parse(value: Any, name: str) -> str:
+        lowered = value.strip().lower() if isinstance(value, str) else None
+        if lowered not in choices:
+            raise ValueError(
+                f"config option {name!r} must be one of {', '.join(choices)}, got {value!r}."
+            )
+        return lowered
 
-_EXECUTORS = ("auto", "processes", "threads")
-
-
-def _executor(value: Any, name: str) -> str:
-    lowered = value.strip().lower() if isinstance(value, str) else None
-    if lowered not in _EXECUTORS:
-        raise ValueError(
-            f"config option {name!r} must be one of {', '.join(_EXECUTORS)}, got {value!r}."
-        )
-    return lowered
+    return parse
 
 
 def _optional_str(value: Any, name: str) -> str | None:
@@ -105,10 +97,14 @@ _OPTIONS: dict[str, _Option] = {
         False, _bool, "every pipeline records per-stage statistics (it.stats(), grain.monitoring)"
     ),
     "py_traceback_filtering": _Option(
-        "auto", _traceback_mode, "how errors raised inside a pipeline show the library's frames"
+        "auto",
+        _one_of("auto", "off", "tracebackhide", "quiet_remove_frames", "remove_frames"),
+        "how errors raised inside a pipeline show the library's frames",
     ),
     "py_worker_executor": _Option(
-        "auto", _executor, "what runs mp_prefetch's workers: processes, threads or auto"
+        "auto",
+        _one_of("auto", "processes", "threads"),
+        "what runs mp_prefetch's workers: processes, threads or auto",
     ),
     "py_dataset_visualization_output_dir": _Option(
         None, _optional_str, "Grain: writes pipeline graphs (print str(ds) here)", effect=False
