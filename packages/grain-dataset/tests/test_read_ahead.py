@@ -568,3 +568,27 @@ def test_large_elements_are_read_a_few_at_a_time(num_threads):
     time.sleep(0.2)
     assert len(calls) <= 20 + (64 << 20) // big + 2
     it.close()
+
+
+@pytest.mark.timeout(60)
+def test_large_elements_that_wait_are_read_by_as_many_threads_as_pay():
+    # 24 MB each: the 64 MB bound alone would allow two in flight; each read waits
+    # 30 ms (as on a file or a decoder that releases the GIL), so more readers pay.
+    big, lock, running, most = 24 << 20, threading.Lock(), [0], [0]
+
+    def slow(x):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.03)
+        with lock:
+            running[0] -= 1
+        return np.zeros(big, np.uint8)
+
+    ds = MapDataset.range(400).map(slow)
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=8, prefetch_buffer_size=500)))
+    for _ in range(120):
+        next(it)
+    assert most[0] >= 4  # the tuner widened past the bytes bound ...
+    assert most[0] <= 8  # ... and never past num_threads
+    it.close()

@@ -1,7 +1,9 @@
 """The read-ahead's width tuner: more concurrent chunks only while it pays.
 
 Driven with a fake clock, so each decision is checked exactly and no timing of
-this machine enters the test.
+this machine enters the test. A window is fed as the iterator feeds it: the
+chunks begun before a width change first (they do not count), then the chunks
+of the window, each with the consumer's wait and the readers' CPU time.
 """
 
 import pytest
@@ -24,88 +26,161 @@ def clock(monkeypatch):
     return fake
 
 
-def run_window(tuner, clock, rate, starved):
-    """Feeds one window of chunks read at `rate` positions/s; starved: the consumer waited."""
-    chunks = _read_ahead._TUNE_CHUNKS
-    seconds = 0.05
+def run_window(tuner, clock, rate, starved, busy=0.1, seconds=0.05):
+    """Feeds one window read at `rate` positions/s; `busy`: cores the readers kept busy.
+
+    starved: the consumer waited for the readers most of the window.
+    """
+    while tuner._settling:
+        clock.now += 0.001
+        tuner.record(1, 0.0, 0.0)
+    chunks = max(_read_ahead._TUNE_CHUNKS, 2 * max(1, tuner.width))
     for _ in range(chunks):
         clock.now += seconds / chunks
         waited = seconds / chunks if starved else 0.0
-        tuner.record(int(rate * seconds / chunks), waited)
+        tuner.record(int(rate * seconds / chunks), waited, busy * seconds / chunks)
+
+
+def waiting(width, per_thread=1000.0, top=None):
+    """Elements that wait (I/O): the rate grows with the width up to `top` (inline reads one)."""
+    return per_thread * min(max(width, 1), top or width or 1)
 
 
 def test_width_grows_while_more_width_reads_faster(clock):
-    tuner = _read_ahead._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=2)
     assert tuner.width == 1
     widths = []
-    for _ in range(10):
-        # Waiting elements: the rate is proportional to the width (inline reads one).
-        run_window(tuner, clock, 1000.0 * max(tuner.width, 1), starved=True)
+    for _ in range(6):
+        # Readers that wait: few cores busy, so the width may pass the core count.
+        run_window(tuner, clock, waiting(tuner.width), starved=True, busy=0.1)
         widths.append(tuner.width)
-    assert 16 in widths
-    grown = [width for width in widths if width]  # 0: reading inline, tried at the top
-    assert grown == sorted(grown)
-    assert widths[-1] in (0, 16)
+    assert widths[:4] == [2, 4, 8, 16]
+    assert widths[-1] == 16
+
+
+def test_computation_bound_readers_grow_to_the_cores_and_no_further(clock):
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=4)
+    widths = []
+    for _ in range(20):
+        width = max(tuner.width, 1)
+        # Every reader keeps a core busy and the rate grows with them, up to 4 cores.
+        run_window(tuner, clock, 1000.0 * min(width, 4), starved=True, busy=min(width, 4))
+        widths.append(tuner.width)
+        assert tuner.width <= 4
+    assert widths[:2] == [2, 4]
+    assert set(widths[2:]) == {4}  # neither more (no cores) nor inline (four cores busy)
 
 
 def test_width_goes_back_when_more_width_does_not_pay(clock):
-    tuner = _read_ahead._WidthTuner(max_width=16)
-    run_window(tuner, clock, 1000.0, starved=True)
-    assert tuner.width == 0  # reading inline is tried first
-    run_window(tuner, clock, 1000.0, starved=True)  # no faster: threads it is
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
+    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+    assert tuner.width == 2  # doubling is tried first
+    run_window(tuner, clock, 1050.0, starved=True, busy=0.5)  # +5%: not worth it
     assert tuner.width == 1
-    run_window(tuner, clock, 1000.0, starved=True)
-    assert tuner.width == 2  # trying more threads
-    run_window(tuner, clock, 1050.0, starved=True)  # +5%: not worth it
+    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+    assert tuner.width == 0  # the readers keep under one core busy: inline is tried
+    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)  # no faster: threads it is
     assert tuner.width == 1
-    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS):
-        run_window(tuner, clock, 1000.0, starved=True)
-        assert tuner.width == 1  # paused before trying again (inline lost lately)
-    run_window(tuner, clock, 1000.0, starved=True)
-    assert tuner.width == 2
+    # Neither doubling nor inline again for a while.
+    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS - 2):
+        run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+        assert tuner.width == 1
+    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+    assert tuner.width == 2  # doubling is due again
 
 
 def test_width_stays_when_the_consumer_is_not_starved(clock):
-    tuner = _read_ahead._WidthTuner(max_width=16)
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
     for _ in range(5):
-        run_window(tuner, clock, 1000.0, starved=False)
+        run_window(tuner, clock, 1000.0, starved=False, busy=1.0)
     assert tuner.width == 1
 
 
 def test_width_never_exceeds_the_thread_count(clock):
-    tuner = _read_ahead._WidthTuner(max_width=3)
+    tuner = _read_ahead._WidthTuner(max_width=3, cores=64)
     for _ in range(10):
-        run_window(tuner, clock, 1000.0 * tuner.width, starved=True)
+        run_window(tuner, clock, waiting(tuner.width), starved=True)
         assert tuner.width <= 3
     assert tuner.width == 3
 
 
 def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(clock):
-    tuner = _read_ahead._WidthTuner(max_width=16)
-    run_window(tuner, clock, 1000.0, starved=True)
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
+    # Pure Python: one core busy whatever the width; a second reader only costs.
+    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
+    assert tuner.width == 2
+    run_window(tuner, clock, 900.0, starved=True, busy=1.0)
+    assert tuner.width == 1
+    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
     assert tuner.width == 0
-    run_window(tuner, clock, 2000.0, starved=True)  # inline: twice as fast, kept
+    run_window(tuner, clock, 2000.0, starved=True, busy=1.0)  # inline: twice as fast, kept
     assert tuner.width == 0
-    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS):
-        run_window(tuner, clock, 2000.0, starved=True)
+    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS - 1):
+        run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
         assert tuner.width == 0
-    run_window(tuner, clock, 2000.0, starved=True)
+    run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
     assert tuner.width == 1  # now and then a thread is tried again
-    run_window(tuner, clock, 1000.0, starved=True)
+    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
     assert tuner.width == 0  # and dropped when it is slower
 
 
-def test_inline_is_tried_again_when_doubling_stops_paying(clock):
-    tuner = _read_ahead._WidthTuner(max_width=16)
+def test_inline_is_not_tried_when_the_readers_use_several_cores(clock):
+    tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
     widths = []
-    for _ in range(12):  # threads pay up to 8 (inline reads like one thread)
-        run_window(tuner, clock, 1000.0 * min(max(tuner.width, 1), 8), starved=True)
+    for _ in range(200):
+        # Work that releases the GIL, on two cores: two readers read twice as fast.
+        width = max(tuner.width, 1)
+        run_window(tuner, clock, 1000.0 * width, starved=True, busy=0.95 * width)
         widths.append(tuner.width)
-    assert widths[0] == 0  # inline first, lost
-    assert 16 in widths  # 16 tried, no faster than 8
+    assert widths[0] == 2
+    assert set(widths) == {2}
+
+
+def test_inline_is_tried_again_when_doubling_stops_paying(clock):
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=64)
+    widths = []
+    for _ in range(8):  # threads pay up to 8
+        run_window(tuner, clock, waiting(tuner.width, top=8), starved=True)
+        widths.append(tuner.width)
+    assert widths[:4] == [2, 4, 8, 16]  # 16 tried, no faster than 8
     assert widths[-1] == 8
     for _ in range(8 * _read_ahead._TUNE_PAUSE_WINDOWS):
-        run_window(tuner, clock, 1000.0 * min(max(tuner.width, 1), 8), starved=True)
+        run_window(tuner, clock, waiting(tuner.width, top=8), starved=True)
         widths.append(tuner.width)
-    assert 0 in widths[12:]  # inline tried again once it was due, and lost again
+    assert 0 in widths[8:]  # inline tried once doubling had failed, and lost
+    assert 16 in widths[8:]  # doubling tried again once it was due
     assert widths[-1] in (8, 16)
+
+
+def test_long_chunks_decide_within_two_chunks_per_reader(clock):
+    tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
+    # Chunks of 0.2 s each (a batch of decoded images): the window is 2 chunks per reader.
+    for _ in range(2):
+        clock.now += 0.2
+        tuner.record(128, 0.2, 0.2)
+    assert tuner.width == 2
+    tuner.record(128, 0.0, 0.2)  # begun at width 1: does not count
+    for _ in range(4):
+        clock.now += 0.1
+        tuner.record(128, 0.1, 0.19)
+    assert tuner.width == 2  # twice the rate: kept
+    assert tuner._trial is None
+
+
+def test_the_same_measurements_give_the_same_choices(clock):
+    def choices():
+        tuner = _read_ahead._WidthTuner(max_width=16, cores=4)
+        widths = []
+        for step in range(300):
+            width = max(tuner.width, 1)
+            run_window(tuner, clock, 900.0 * min(width, 3) + step % 7, True, min(width, 3))
+            widths.append(tuner.width)
+        return widths
+
+    first = choices()
+    assert first == choices()
+    assert first[-1] == 4  # 4 reads no faster than 3 would, but the cores allow it
+
+
+def test_usable_cores_is_positive():
+    assert _read_ahead._usable_cores() >= 1

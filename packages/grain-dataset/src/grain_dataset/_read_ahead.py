@@ -7,12 +7,15 @@ chunk size adapts to keep one chunk near `_TARGET_CHUNK_S` of work. The first
 chunk is one element, so the first element (after a start or a restore) costs
 one element's work, and chunks grow only while elements are cheap; a chunk
 holds at most about a megabyte of arrays and the readers a bounded number of
-bytes, so large elements are read one at a time and their memory is reused. With
-threads, chunks run in a small pool of daemon threads, at most
-`prefetch_buffer_size` elements in flight, and are consumed strictly in order.
-How many chunks run at once (up to `num_threads`) is tuned while reading
-(`_WidthTuner`): waiting elements (I/O) get many threads, pure-Python
-elements, which only queue on the GIL, get few.
+bytes (or one element per running reader, if more), so large elements are read
+one at a time and their memory is reused. With threads, chunks run in a small
+pool of daemon threads, at most `prefetch_buffer_size` elements in flight, and
+are consumed strictly in order. How many chunks run at once (up to
+`num_threads`) is tuned while reading (`_WidthTuner`), from what it measures on
+the machine that runs it: waiting elements (I/O) and elements that release the
+GIL (image decoding) get as many threads as keep paying, computation no more
+than the cores the process may use, and pure-Python elements, which only queue
+on the GIL, few or none.
 
 In a worker's pipeline (mp_prefetch, multithread_prefetch: the iterator was
 created by `iter_worker_slice`, or by a stage of such a pipeline), the iterator
@@ -42,6 +45,7 @@ thread (the closed-iterator ValueError, within `POLL_S`).
 from __future__ import annotations
 
 import collections
+import os
 import time
 from concurrent.futures import Future
 from typing import Any
@@ -72,8 +76,11 @@ _MAX_IN_FLIGHT_BYTES = 64 << 20
 # Dropped positions in a row, within one chunk, after which the filter check runs at once.
 _JUDGE_RUN = 64
 _MAX_CHUNK_WALL_S = 0.01
+# A tuning window: at least two chunks per reader and _TUNE_WINDOW_S, and
+# _TUNE_CHUNKS chunks unless it already lasted _TUNE_LONG_WINDOW_S.
 _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.01
+_TUNE_LONG_WINDOW_S = 0.1
 _TUNE_PAUSE_WINDOWS = 32
 
 
@@ -170,90 +177,130 @@ def _element_bytes(values: list[Any]) -> int:
     return 0
 
 
+def _usable_cores() -> int:
+    """The CPUs this process may run on (its affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class _WidthTuner:
     """Chooses how many chunks are read at once: more only while it pays.
 
-    Threads help elements that wait (files, sleeps, numpy without the GIL) and
-    hurt elements that are pure Python (they queue on the GIL and pay for every
-    hand-off). So the width starts at 1 and doubles only when the consumer was
-    starved for a window of chunks and the doubled width then reads at least
-    15% faster; otherwise it goes back and waits a while before trying again.
-    Width 0 reads in the consumer's own thread: tried first (one window at
-    width 1, starved, then a window inline), and again when a doubling did not
-    pay or the width is at its maximum; kept if it reads 15% faster, which it
-    does for cheap, GIL-bound elements such as batches gathered from arrays,
-    where every hand-off between threads costs more than the work. If it loses,
-    it is not tried again from width 1 for a long while.
-    The order of elements never depends on the width.
+    Threads help elements that wait (files, sleeps) or release the GIL (image
+    decoding, compression, most numpy), and hurt elements that are pure Python
+    (they queue on the GIL and pay for every hand-off). Nothing is assumed
+    about which kind a pipeline is, or about the machine: each window of chunks
+    measures the read rate, whether the consumer waited for the readers
+    (starved), and how many cores the readers kept busy (their CPU time over
+    the wall time). While the consumer is starved the width doubles, and the
+    doubling is kept if it reads at least 15% faster, else undone and not tried
+    again for a while. Readers that use all the CPU their threads give them are
+    limited by computation, so the width then grows no further than the cores
+    this process may use; readers that leave their threads idle (waiting on
+    I/O, or on each other for the GIL) may grow to `max_width`, the rate decides.
+    Width 0 reads in the consumer's own thread: tried when doubling stopped
+    paying and the readers keep at most about one core busy (work serialized by
+    the GIL, where every hand-off between threads costs more than it buys), and
+    kept if it reads 15% faster; then a thread is tried again now and then.
+    Decisions take a window of at least two chunks per reader, so elements that
+    cost a tenth of a second reach their width within a few of them. The order
+    of elements never depends on the width.
     """
 
-    def __init__(self, max_width: int):
+    def __init__(self, max_width: int, cores: int | None = None):
         self.width = 1
         self._max_width = max_width
+        self._cores = max(1, cores if cores is not None else _usable_cores())
         self._window_start = time.perf_counter()
         self._positions = 0
         self._waited = 0.0
+        self._cpu = 0.0
         self._chunks = 0
         self._trial: tuple[int, float] | None = None  # (width before, its rate)
-        self._pause = 0
-        self._more_failed = False  # the last doubling did not pay: try width 0 next
-        self._inline_wait = 0  # windows before width 0 may be tried again from width 1
+        self._pause = 0  # windows before a width that was kept is questioned again
+        self._grow_wait = 0  # windows before a doubling that did not pay is tried again
+        self._inline_wait = 0  # windows before reading inline is tried again
+        self._settling = 0  # chunks still to come that began before the width changed
 
-    def record(self, positions: int, waited: float) -> None:
+    def record(self, positions: int, waited: float, cpu: float = 0.0) -> None:
+        """One chunk handed to the consumer: its positions, the consumer's wait, its CPU time."""
+        now = time.perf_counter()
+        if self._settling:
+            # Read (or begun) at the width before: a window of the new one starts after it.
+            self._settling -= 1
+            self._window_start = now
+            return
         self._positions += positions
         self._waited += waited
+        self._cpu += cpu
         self._chunks += 1
-        now = time.perf_counter()
         elapsed = now - self._window_start
-        if self._chunks < _TUNE_CHUNKS or elapsed < _TUNE_WINDOW_S:
+        if (
+            self._chunks < 2 * max(1, self.width)
+            or elapsed < _TUNE_WINDOW_S
+            or (self._chunks < _TUNE_CHUNKS and elapsed < _TUNE_LONG_WINDOW_S)
+        ):
             return
         rate = self._positions / elapsed
         starved = self._waited > 0.2 * elapsed
-        self._window_start, self._positions, self._waited, self._chunks = now, 0, 0.0, 0
-        if self._trial is not None:
-            self._judge_trial(rate)
-            return
-        if self._inline_wait:
-            self._inline_wait -= 1
+        busy = self._cpu / elapsed  # cores the readers kept busy
+        self._window_start, self._positions, self._waited, self._cpu = now, 0, 0.0, 0.0
+        self._chunks = 0
+        if self._trial is not None and not self._judge_trial(rate):
+            return  # back to the width before: this window measured the other one
+        self._grow_wait = max(0, self._grow_wait - 1)
+        self._inline_wait = max(0, self._inline_wait - 1)
         if self._pause:
             self._pause -= 1
         elif self.width == 0:
             # Reading inline won: see now and then whether a thread pays again.
-            self._trial = (0, rate)
-            self.width = 1
+            self._try(1, rate)
         elif starved:
-            inline = self.width == 1 or self._more_failed or self.width >= self._max_width
-            self._more_failed = False
-            if inline and not self._inline_wait:
-                self._trial = (self.width, rate)
-                self.width = 0
-            elif self.width < self._max_width:
-                self._trial = (self.width, rate)
-                self.width = min(self._max_width, self.width * 2)
-            else:
-                self._pause = _TUNE_PAUSE_WINDOWS
+            wider = self._wider(busy)
+            if wider is not None and not self._grow_wait:
+                self._try(wider, rate)
+            elif busy < 1.3 and not self._inline_wait:
+                self._try(0, rate)
 
-    def _judge_trial(self, rate: float) -> None:
-        """Keeps the width on trial if it read 15% faster than the one before, else goes back."""
+    def _wider(self, busy: float) -> int | None:
+        """The doubled width worth a trial, or None when there is no room for more."""
+        limit = self._max_width
+        if busy >= 0.75 * self.width:  # computation-bound: more threads than cores buy nothing
+            limit = min(limit, max(self._cores, self.width))
+        wider = min(limit, 2 * self.width)
+        return wider if wider > self.width else None
+
+    def _try(self, width: int, rate: float) -> None:
+        self._trial = (self.width, rate)
+        self._settling = max(1, self.width)
+        self.width = width
+
+    def _judge_trial(self, rate: float) -> bool:
+        """Keeps the width on trial if it read 15% faster than the one before, else goes back.
+
+        True if kept: the window then measured the width now in use, and may decide
+        the next step at once.
+        """
         assert self._trial is not None
         width, old_rate = self._trial
         self._trial = None
         tried, kept = self.width, rate >= old_rate * 1.15
         if not kept:
             self.width = width
+            self._settling = max(1, tried)
         if tried == 0:  # reading inline
             if kept:
                 self._pause = _TUNE_PAUSE_WINDOWS
-            else:  # threads it is: try more of them at once, inline again much later
+            else:  # threads it is; inline again much later
                 self._inline_wait = 4 * _TUNE_PAUSE_WINDOWS
-                self._pause = 0
-        elif kept:
-            self._pause = 0  # more width paid: see whether even more does
-        else:
-            # A doubling that did not pay: reading inline is tried next, unless it was
-            # tried lately; back from inline to one thread: inline stays a while.
-            self._more_failed = width >= 1
-            self._pause = 0 if self._more_failed and not self._inline_wait else _TUNE_PAUSE_WINDOWS
+        elif width == 0:  # a thread again, after reading inline
+            if not kept:
+                self._pause = _TUNE_PAUSE_WINDOWS
+        elif not kept:
+            self._grow_wait = _TUNE_PAUSE_WINDOWS
+        return kept
 
 
 class _PrefetchIterator(DatasetIterator[Any]):
@@ -330,10 +377,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._chunk = max(1, min(wanted, self._chunk * 4, cap))
 
     def _in_flight_limit(self) -> int:
-        """Elements the readers may hold: `prefetch_buffer_size`, and at most the bytes bound."""
+        """Elements the readers may hold: `prefetch_buffer_size`, and at most the bytes bound.
+
+        The bytes bound gives way to one element per reader of the tuner's width, so
+        that large elements (batches of images) that pay with many threads get them;
+        the width is at most `num_threads`, which the user chose.
+        """
         limit = max(1, self._buffer_size)
         if self._element_bytes:
-            limit = max(1, min(limit, _MAX_IN_FLIGHT_BYTES // self._element_bytes))
+            readers = self._tuner.width if self._tuner is not None else 1
+            by_bytes = max(_MAX_IN_FLIGHT_BYTES // self._element_bytes, readers)
+            limit = max(1, min(limit, by_bytes))
         return limit
 
     def _submit(self) -> None:
@@ -388,7 +442,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self.waited_s += wall
             self._read_pos = stop
             if tuner is not None:
-                tuner.record(stop - start, wall)
+                tuner.record(stop - start, wall, cpu)
         else:
             assert tuner is not None
             self._submit()
@@ -403,7 +457,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             values, error, cpu, wall = future.result()
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
-            tuner.record(stop - start, waited)
+            tuner.record(stop - start, waited, cpu)
             self._submit()
         self.read_cpu_s += cpu
         if values:
