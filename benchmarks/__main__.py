@@ -104,9 +104,11 @@ SIZES["object_store"] = {"full": ["--records", "2000"], "quick": ["--records", "
 # Run on this interpreter and, where tools/freethreaded/test.sh made .venv-freethreaded
 # in the checkout, on free-threaded CPython with the GIL off (~1-2 min each).
 SIZES["freethreaded"] = {"full": ["--repeats", "5"], "quick": ["--quick"]}
+# The 2-core sweep; on a bigger machine run jpeg.py itself with --threads/--workers.
+SIZES["jpeg"] = {"full": ["--size", "3840"], "quick": ["--size", "512"]}
 FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
-ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory")
+ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory", "jpeg")
 
 
 # --- targets -------------------------------------------------------------------------
@@ -190,6 +192,8 @@ TARGETS: dict[str, Target] = {
         "ratio", ">=", 5.0, ">= 5x processes", "free-threading issue (30)"
     ),
     "freethreaded/first_batch_*": Target("ours", "<=", 0.05, "<= 0.05 s", "issue 30"),
+    "jpeg/*_w0_t2@t0": Target("ratio", ">=", 1.8, ">= 1.8x 0 threads", "many-cores issue (31)"),
+    "jpeg/*_w0_t2@upstream": Target("ratio", ">=", 1.0, ">= upstream", "many-cores issue (31)"),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
     ),
@@ -450,6 +454,17 @@ def _versus_upstream(ctx: Context, benchmark: str, unit: str) -> list[Row]:
     arguments = [*ctx.sizes(benchmark), "--repeats", "1"]
     ours, upstream = _rounds(ctx, benchmark, arguments, ctx.rounds)
     _check_sides(ours, upstream)
+    return _versus_upstream_rows(ctx, benchmark, unit, ours, upstream)
+
+
+def _versus_upstream_rows(
+    ctx: Context,
+    benchmark: str,
+    unit: str,
+    ours: list[list[dict[str, Any]]],
+    upstream: list[list[dict[str, Any]]],
+) -> list[Row]:
+    """One row per case of interleaved rounds: ours against upstream's median."""
     ours_cases, upstream_cases = _by_case(ours), _by_case(upstream)
     rows = []
     for case, lines in ours_cases.items():
@@ -1057,6 +1072,36 @@ def _freethreaded_rows(lines: list[dict[str, Any]]) -> list[Row]:
     return rows
 
 
+def bench_jpeg(ctx: Context) -> list[Row]:
+    """jpeg.py: each case against upstream's, and each thread count against 0 threads."""
+    arguments = [*ctx.sizes("jpeg"), "--repeats", "1"]
+    ours, upstream = _rounds(ctx, "jpeg", arguments, ctx.rounds)
+    _check_sides(ours, upstream)
+    rows = _versus_upstream_rows(ctx, "jpeg", "images/s", ours, upstream)
+    cases = _by_case(ours)
+    for case, lines in cases.items():
+        shape, workers, threads = case.split("_")
+        base = cases.get(f"{shape}_{workers}_t0")
+        if threads == "t0" or base is None:
+            continue
+        ratios = [b["median_s"] / line["median_s"] for line, b in zip(lines, base, strict=True)]
+        rows.append(
+            Row(
+                "jpeg",
+                case,
+                "images/s",
+                lines[0]["elements"] / statistics.median(line["median_s"] for line in lines),
+                "t0",
+                "0 threads (same run)",
+                base[0]["elements"] / statistics.median(line["median_s"] for line in base),
+                ratio=statistics.median(ratios),
+                ok=all(line["ok"] for line in lines + base),
+                note=_per_round(ratios),
+            )
+        )
+    return rows
+
+
 def bench_freethreaded(ctx: Context) -> list[Row]:
     """freethreaded.py on this interpreter and on free-threaded CPython (GIL off) if present."""
     lines, _ = ctx.run("freethreaded", ctx.sizes("freethreaded"))
@@ -1085,6 +1130,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "convert": bench_convert,
     "object_store": bench_object_store,
     "freethreaded": bench_freethreaded,
+    "jpeg": bench_jpeg,
 }
 
 PEERS = {
@@ -1101,6 +1147,7 @@ PEERS = {
     "convert": "single-process converter",
     "object_store": "C++ reader on local files",
     "freethreaded": "1 worker thread, the pipeline alone, worker processes",
+    "jpeg": f"0 threads, {UPSTREAM}",
 }
 
 

@@ -5,7 +5,8 @@ Usage: uv run python benchmarks/compare.py [--repeats 5] [--size 200000] [--benc
 
 Upstream lives in a throwaway virtual environment outside the workspace (default
 ~/.cache/grain-compare/venv-grain-0.2.18), made with `python -m venv` from this
-interpreter (so both sides run the same Python) and `pip install grain==0.2.18`, plus
+interpreter (so both sides run the same Python) and `pip install grain==0.2.18` with
+this interpreter's Pillow version (jpeg.py decodes with it on both sides), plus
 torch==2.13.0 with --torch; torch never enters uv.lock or any pyproject. A venv that
 already imports the right versions is reused.
 
@@ -57,10 +58,18 @@ def _venv_python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def _pillow_version() -> str:
+    """This interpreter's Pillow: jpeg.py decodes with the same one on both sides."""
+    import importlib.metadata
+
+    return importlib.metadata.version("pillow")
+
+
 def _probe_code(torch: bool) -> str:
     lines = [
         "import importlib.metadata as m, importlib.util as u, grain",
         f"assert m.version('grain') == {UPSTREAM_VERSION!r}, m.version('grain')",
+        f"assert m.version('pillow') == {_pillow_version()!r}, m.version('pillow')",
         "assert u.find_spec('grain_dataset') is None, 'imports our workspace'",
         "grain.MapDataset, grain.ReadOptions",
     ]
@@ -106,7 +115,8 @@ def ensure_venv(venv: Path, torch: bool, cwd: Path) -> Path:
         _log(f"creating {venv}")
         venv.parent.mkdir(parents=True, exist_ok=True)
         _run_logged([sys.executable, "-m", "venv", str(venv)], cwd)
-    packages = [f"grain=={UPSTREAM_VERSION}"] + ([f"torch=={TORCH_VERSION}"] if torch else [])
+    packages = [f"grain=={UPSTREAM_VERSION}", f"pillow=={_pillow_version()}"]
+    packages += [f"torch=={TORCH_VERSION}"] if torch else []
     _log(f"installing {' '.join(packages)} into {venv}")
     python = str(_venv_python(venv))
     _run_logged([python, "-m", "pip", "install", "--disable-pip-version-check", *packages], cwd)
