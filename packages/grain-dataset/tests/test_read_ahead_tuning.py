@@ -154,11 +154,11 @@ def test_inline_is_tried_again_when_doubling_stops_paying(clock):
 
 def test_long_chunks_decide_within_two_chunks_per_reader(clock):
     tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
-    # Chunks of 0.2 s each (a batch of decoded images): the window is 2 chunks per reader.
-    for _ in range(2):
-        clock.now += 0.2
-        tuner.record(128, 0.2, 0.2)
+    # Chunks of 0.2 s each (a batch of decoded images): one chunk decides for one reader,
+    clock.now += 0.2
+    tuner.record(128, 0.2, 0.2)
     assert tuner.width == 2
+    # two chunks per reader for more.
     tuner.record(128, 0.0, 0.2)  # begun at width 1: does not count
     for _ in range(4):
         clock.now += 0.1
@@ -184,3 +184,14 @@ def test_the_same_measurements_give_the_same_choices(clock):
 
 def test_usable_cores_is_positive():
     assert _read_ahead._usable_cores() >= 1
+
+
+@pytest.mark.parametrize("count", [1, 2, 64])
+def test_a_workers_readers_count_on_its_share_of_the_cores(count):
+    from grain_dataset import MapDataset, ReadOptions
+    from grain_dataset.extension import iter_worker_slice
+
+    ds = MapDataset.range(100).to_iter_dataset(ReadOptions(num_threads=4))
+    it = iter_worker_slice(ds, 0, count)
+    assert it._tuner._cores == max(1, _read_ahead._usable_cores() // count)
+    assert list(it) == list(range(0, 100, count))

@@ -76,8 +76,8 @@ _MAX_IN_FLIGHT_BYTES = 64 << 20
 # Dropped positions in a row, within one chunk, after which the filter check runs at once.
 _JUDGE_RUN = 64
 _MAX_CHUNK_WALL_S = 0.01
-# A tuning window: at least two chunks per reader and _TUNE_WINDOW_S, and
-# _TUNE_CHUNKS chunks unless it already lasted _TUNE_LONG_WINDOW_S.
+# A tuning window: at least two chunks per reader (one with one reader) and
+# _TUNE_WINDOW_S, and _TUNE_CHUNKS chunks unless it already lasted _TUNE_LONG_WINDOW_S.
 _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.01
 _TUNE_LONG_WINDOW_S = 0.1
@@ -204,8 +204,9 @@ class _WidthTuner:
     paying and the readers keep at most about one core busy (work serialized by
     the GIL, where every hand-off between threads costs more than it buys), and
     kept if it reads 15% faster; then a thread is tried again now and then.
-    Decisions take a window of at least two chunks per reader, so elements that
-    cost a tenth of a second reach their width within a few of them. The order
+    Decisions take a window of at least two chunks per reader (one chunk with one
+    reader), so elements that cost a tenth of a second reach their width within
+    a few of them. The order
     of elements never depends on the width.
     """
 
@@ -237,8 +238,11 @@ class _WidthTuner:
         self._cpu += cpu
         self._chunks += 1
         elapsed = now - self._window_start
+        # Chunks of several readers end close together: two per reader make a fair window.
+        # One reader's (or inline) chunks end one after another, so one long chunk does.
+        enough = 2 * self.width if self.width > 1 else 1
         if (
-            self._chunks < 2 * max(1, self.width)
+            self._chunks < enough
             or elapsed < _TUNE_WINDOW_S
             or (self._chunks < _TUNE_CHUNKS and elapsed < _TUNE_LONG_WINDOW_S)
         ):
@@ -317,7 +321,10 @@ class _PrefetchIterator(DatasetIterator[Any]):
         options = dataset._read_options
         self._threads = options.num_threads if options.prefetch_buffer_size else 0
         self._buffer_size = options.prefetch_buffer_size
-        self._tuner = _WidthTuner(self._threads) if self._threads else None
+        # A worker's readers share the cores with the other workers of the host.
+        workers = self._ctx.worker_slice[1] if self._ctx.worker_slice else 1
+        cores = max(1, _usable_cores() // workers)
+        self._tuner = _WidthTuner(self._threads, cores) if self._threads else None
         self._pool: DaemonPool | None = None
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
