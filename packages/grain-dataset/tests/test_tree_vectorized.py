@@ -266,3 +266,69 @@ def test_pipeline_batches_equal_the_walk_and_read_records_one_by_one(monkeypatch
     assert sorted(labels.tolist()) == sorted(fast_source._labels.tolist())
     # An undeclared `__getitems__` is never called, on either path.
     assert fast_source.calls == walked_source.calls == {"__getitem__": 300}
+
+
+class WithInstanceGetitem:
+    """`source[i]` calls the class's `__getitem__`, never the instance attribute."""
+
+    def __init__(self) -> None:
+        self.__getitem__ = lambda index: "the instance attribute"
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> tuple[int, str]:
+        return (index, "the class")
+
+
+class WithAttributeHook:
+    """A `__getattribute__` that answers `__getitem__` differently from `source[i]`."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "__getitem__":
+            return lambda index: -1
+        return object.__getattribute__(self, name)
+
+
+class Slotted:
+    __slots__ = ("size",)
+
+    def __init__(self) -> None:
+        self.size = 4
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int) -> list[int]:
+        return [index, index * 2]
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (
+            WithInstanceGetitem(),
+            [[(0, 1), ("the class", "the class")], [(2, 3), ("the class",) * 2]],
+        ),
+        (WithAttributeHook(), [[0, 1], [2, 3]]),
+        (Slotted(), [[[0, 1], [0, 2]], [[2, 3], [4, 6]]]),
+        ([10, 11, 12, 13], [[10, 11], [12, 13]]),
+    ],
+    ids=["instance_getitem", "getattribute_hook", "slots", "list"],
+)
+def test_records_are_read_as_source_index(source, expected):
+    ds = MapDataset.source(source).batch(2)
+    got = list(ds.to_iter_dataset(ReadOptions(num_threads=0)))
+    assert len(got) == len(expected)
+    for batch, want in zip(got, expected, strict=True):
+        if isinstance(want[0], tuple):  # a tuple of two leaves per record
+            assert type(batch) is tuple
+            assert [b.tolist() for b in batch] == [list(w) for w in want]
+        else:
+            assert np.asarray(batch).tolist() == want
