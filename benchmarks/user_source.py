@@ -22,8 +22,9 @@ float32 / 255, label kept):
 
 Each repeat runs every case once, in turn (interleaved, so they share the
 machine's load); a line gives the median over the repeats after one untimed
-warm-up, and for the pipelines `ratio`, the median of the per-repeat ratios
-to the loop, and `overhead_us`, the median per-element time above the loop's.
+warm-up (wall time, and `median_cpu_s`, the process's CPU time), and for the
+pipelines `ratio`, the median of the per-repeat ratios to the loop, and
+`overhead_us`, the median per-element time above the loop's.
 `ok`: every run's batches equal, leaf by leaf (values, dtypes, shapes, dict
 keys in order), those of the loop read in the pipeline's own order (taken
 from ``MapDataset.range(size).seed(0).shuffle()``).
@@ -135,13 +136,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     ok = {name: _same(list(_pipeline(name, source)), expected) for name in names[1:]}
     ok["numpy_loop"] = True
     times: dict[str, list[float]] = {name: [] for name in names}
+    cpu_times: dict[str, list[float]] = {name: [] for name in names}
     for name in names:
         list(runs[name]())  # warm-up
     for _ in range(args.repeats):
         for name in names:
-            start = time.perf_counter()
+            cpu, start = time.process_time(), time.perf_counter()
             got = list(runs[name]())
             times[name].append(time.perf_counter() - start)
+            cpu_times[name].append(time.process_time() - cpu)
             if name != "numpy_loop":
                 ok[name] = ok[name] and _same(got, expected)
     loop = times["numpy_loop"]
@@ -155,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "elements": args.size,
             "median_s": round(median, 6),
             "elements_per_s": round(args.size / median),
+            # CPU time of the process: steadier than wall time on a busy machine.
+            "median_cpu_s": round(statistics.median(cpu_times[name]), 6),
             "ok": bool(ok[name]),
             "digest": _digest(expected),
         }
