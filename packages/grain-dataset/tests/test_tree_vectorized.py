@@ -61,7 +61,7 @@ def assert_identical(actual: Any, expected: Any) -> None:
         assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
         assert actual.dtype.str == expected.dtype.str
         assert actual.shape == expected.shape
-        assert actual.flags.c_contiguous == expected.flags.c_contiguous
+        assert actual.strides == expected.strides  # the memory layout too
         if expected.dtype == object:
             assert [type(a) for a in actual.ravel()] == [type(e) for e in expected.ravel()]
             assert actual.tolist() == expected.tolist()
@@ -130,6 +130,12 @@ VALID = {
     "arrays_datetime": [np.zeros(2, dtype="M8[s]") for _ in range(2)],
     "arrays_bool_complex": [{"b": np.ones(2, bool), "c": np.ones(2, complex)} for _ in range(3)],
     "arrays_views": [np.arange(12).reshape(3, 4)[:, ::2] for _ in range(3)],
+    "arrays_fortran": [np.asfortranarray(np.arange(6).reshape(2, 3)) for _ in range(3)],
+    "arrays_transposed": [np.arange(12).reshape(3, 4).T for _ in range(3)],
+    "arrays_mixed_layouts": [np.ones((2, 3)), np.asfortranarray(np.ones((2, 3)))],
+    "arrays_size_one_dims": [np.ones((1, 3, 1), np.float32) for _ in range(3)],
+    "arrays_empty": [np.ones((0, 3), np.int16) for _ in range(3)],
+    "arrays_broadcast": [np.broadcast_to(np.arange(3), (2, 3)) for _ in range(2)],
     "array_subclass": [np.ma.masked_array(np.arange(3)) for _ in range(2)],
     "list_overriding_getitem": [Reversed([1, 2]), Reversed([3, 4])],
     "one_element": [{"image": np.ones((2, 2), np.float32), "label": 1}],

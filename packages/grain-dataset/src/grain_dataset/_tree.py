@@ -35,7 +35,7 @@ import numpy as np
 _VECTORIZED = True
 # Array dtypes that ``np.array`` over equal arrays returns unchanged, as ``np.stack`` does.
 _PLAIN_KINDS = frozenset("biufcmMUS")
-_dtype_of = operator.attrgetter("dtype")
+_layout_of = operator.attrgetter("dtype", "strides")
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -142,13 +142,29 @@ def _stack(path: tuple[Any, ...], values: list[Any]) -> Any:
     return _stack_leaves(path, values, kinds)
 
 
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
 def _stack_arrays(values: list[Any]) -> np.ndarray | None:
-    """`values` (plain ndarrays) stacked, or None where `np.stack` must decide."""
-    dtypes = set(map(_dtype_of, values))
-    if len(dtypes) != 1:
+    """`values` (plain ndarrays) stacked, or None where `np.stack` must decide.
+
+    Only C-ordered arrays of one dtype: `np.stack` lays its result out like its
+    inputs (Fortran-ordered in, Fortran-ordered rows out), `np.array` always in C
+    order, so other layouts keep `np.stack`.
+    """
+    layouts = set(map(_layout_of, values))
+    if len(layouts) != 1:
         return None
-    dtype = dtypes.pop()
+    dtype, strides = layouts.pop()
     if dtype.kind not in _PLAIN_KINDS or not dtype.isnative:
+        return None
+    if strides != _c_strides(values[0].shape, dtype.itemsize):
         return None
     try:
         result = np.array(values)
