@@ -99,6 +99,10 @@ VALID = {
     "dict_image_label": [{"image": a, "label": k} for k, a in enumerate(_images(5))],
     "dict_keys_in_other_orders": [{"a": 1, "b": 2.0}, {"b": 3.0, "a": 4}],
     "dict_one_key": [{"x": a} for a in _images(3)],
+    "dict_many_keys": [{f"k{i}": i * k for i in range(7)} for k in range(3)],
+    "dict_many_keys_other_orders": [
+        {f"k{i}": i * k for i in (range(7) if k % 2 else reversed(range(7)))} for k in range(3)
+    ],
     "dict_empty": [{}, {}],
     "dict_subclass": [Tagged(x=1, y=np.ones(2)), Tagged(y=np.zeros(2), x=2)],
     "ordered_dict": [collections.OrderedDict(a=k, b=str(k)) for k in range(3)],
@@ -145,6 +149,11 @@ INVALID = {
     "dict_missing_key": [{"a": 1, "b": 2}, {"a": 1}],
     "dict_other_key": [{"a": 1, "b": 2}, {"a": 1, "c": 2}],
     "dict_extra_key": [{"a": 1}, {"a": 1, "b": 2}],
+    "dict_many_keys_one_missing": [{f"k{i}": i for i in range(7)}, {f"k{i}": i for i in range(6)}],
+    "dict_many_keys_one_other": [
+        {f"k{i}": i for i in range(7)},
+        {f"k{i}": i for i in [*range(6), 9]},
+    ],
     "dict_then_list": [{"a": 1}, [1]],
     "tuple_lengths": [(1, 2), (1, 2, 3)],
     "tuple_then_list": [(1, 2), [1, 2]],

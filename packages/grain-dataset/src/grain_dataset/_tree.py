@@ -35,7 +35,8 @@ import numpy as np
 _VECTORIZED = True
 # Array dtypes that ``np.array`` over equal arrays returns unchanged, as ``np.stack`` does.
 _PLAIN_KINDS = frozenset("biufcmMUS")
-_layout_of = operator.attrgetter("dtype", "strides")
+_dtype_of = operator.attrgetter("dtype")
+_strides_of = operator.attrgetter("strides")
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -158,13 +159,13 @@ def _stack_arrays(values: list[Any]) -> np.ndarray | None:
     inputs (Fortran-ordered in, Fortran-ordered rows out), `np.array` always in C
     order, so other layouts keep `np.stack`.
     """
-    layouts = set(map(_layout_of, values))
-    if len(layouts) != 1:
+    dtypes = set(map(_dtype_of, values))
+    if len(dtypes) != 1:
         return None
-    dtype, strides = layouts.pop()
+    dtype = dtypes.pop()
     if dtype.kind not in _PLAIN_KINDS or not dtype.isnative:
         return None
-    if strides != _c_strides(values[0].shape, dtype.itemsize):
+    if set(map(_strides_of, values)) != {_c_strides(values[0].shape, dtype.itemsize)}:
         return None
     try:
         result = np.array(values)
@@ -191,7 +192,7 @@ def _columns(kind: Any, values: list[Any]) -> tuple[list[Any], list[list[Any]]] 
         if not all(map(keys.__eq__, map(kind.keys, values))):
             return None
     try:
-        if len(names) > 1:
+        if len(names) > 4:  # one pass and a transpose: cheaper than a pass per key
             getter = operator.itemgetter(*names)
             return names, [list(column) for column in zip(*map(getter, values), strict=True)]
         return names, [list(map(operator.itemgetter(key), values)) for key in names]
