@@ -20,8 +20,9 @@ _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
 def _bound_reads(source: Any) -> bool:
     """Whether `source.__getitem__` is exactly what `source[i]` calls.
 
-    True for a class written in Python (only `object` below it) with no
-    `__getattribute__` of its own and no instance attribute `__getitem__`:
+    True for an instance of a class written in Python whose bases, up to
+    `object`, are all written in Python too, none defining `__getattribute__`,
+    and with no instance attribute `__getitem__`:
     mapping the bound method then makes the same calls as ``source[i]`` without
     the type-slot dispatch per record. Built-in and C types keep ``source[i]``.
     """
