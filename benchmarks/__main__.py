@@ -106,9 +106,21 @@ SIZES["object_store"] = {"full": ["--records", "2000"], "quick": ["--records", "
 SIZES["freethreaded"] = {"full": ["--repeats", "5"], "quick": ["--quick"]}
 # The 2-core sweep; on a bigger machine run jpeg.py itself with --threads/--workers.
 SIZES["jpeg"] = {"full": ["--size", "3840"], "quick": ["--size", "512"]}
+SIZES["user_source"] = {
+    "full": ["--size", "60000", "--repeats", "5"],
+    "quick": ["--size", "5000", "--repeats", "1"],
+}
 FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
-ROUND_BY_ROUND = ("pipeline", "source_read", "packing", "mp", "latency_memory", "jpeg")
+ROUND_BY_ROUND = (
+    "pipeline",
+    "source_read",
+    "packing",
+    "mp",
+    "latency_memory",
+    "jpeg",
+    "user_source",
+)
 
 
 # --- targets -------------------------------------------------------------------------
@@ -196,6 +208,9 @@ TARGETS: dict[str, Target] = {
     "jpeg/*_w0_t2@upstream": Target("ratio", ">=", 1.0, ">= upstream", "many-cores issue (31)"),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
+    ),
+    "user_source/batch_map_t0@numpy_loop": Target(
+        "ratio", ">=", 0.4, ">= 0.4x numpy loop", "speed issue 31 (2)"
     ),
 }
 
@@ -1116,6 +1131,55 @@ def bench_freethreaded(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_user_source(ctx: Context) -> list[Row]:
+    ours_runs, upstream_runs = _rounds(ctx, "user_source", ctx.sizes("user_source"), ctx.rounds)
+    _check_sides(ours_runs, upstream_runs)
+    ours, upstream = _by_case(ours_runs), _by_case(upstream_runs)
+
+    def median(lines: list[dict[str, Any]], field: str) -> float | None:
+        return _median([line.get(field) for line in lines])
+
+    loop = ours["numpy_loop"]
+    rows = []
+    for case, lines in ours.items():
+        if case == "numpy_loop":
+            continue  # the reference, in the rows below
+        peer = upstream.get(case, [])
+        theirs = median(peer, "ratio")
+        note = f"{median(lines, 'overhead_us'):.2f} us/element above the loop; upstream " + (
+            f"{theirs:.3f}x its loop" if theirs else f"not run: {ctx.upstream_missing}"
+        )
+        ok = all(line["ok"] for line in [*lines, *loop])
+        rows.append(
+            Row(
+                "user_source",
+                case,
+                "elements/s",
+                median(lines, "elements_per_s"),
+                "numpy_loop",
+                "hand-written numpy loop (same run)",
+                median(loop, "elements_per_s"),
+                ratio=median(lines, "ratio"),
+                ok=ok,
+                note=note,
+            )
+        )
+        if peer:
+            rows.append(
+                Row(
+                    "user_source",
+                    case,
+                    "elements/s",
+                    median(lines, "elements_per_s"),
+                    "upstream",
+                    UPSTREAM,
+                    median(peer, "elements_per_s"),
+                    ok=ok and all(line["ok"] for line in peer),
+                )
+            )
+    return rows
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -1131,6 +1195,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "object_store": bench_object_store,
     "freethreaded": bench_freethreaded,
     "jpeg": bench_jpeg,
+    "user_source": bench_user_source,
 }
 
 PEERS = {
@@ -1148,6 +1213,7 @@ PEERS = {
     "object_store": "C++ reader on local files",
     "freethreaded": "1 worker thread, the pipeline alone, worker processes",
     "jpeg": f"0 threads, {UPSTREAM}",
+    "user_source": f"numpy loop, {UPSTREAM}",
 }
 
 

@@ -14,6 +14,23 @@ from grain_dataset._stage import MapStage, epochs_of
 from grain_index import checks
 from grain_sources import ArrayDataSource, reads_in_batches
 
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class written in Python
+
+
+def _bound_reads(source: Any) -> bool:
+    """Whether `source.__getitem__` is exactly what `source[i]` calls.
+
+    True for an instance of a class written in Python whose bases, up to
+    `object`, are all written in Python too, none defining `__getattribute__`,
+    and with no instance attribute `__getitem__`:
+    mapping the bound method then makes the same calls as ``source[i]`` without
+    the type-slot dispatch per record. Built-in and C types keep ``source[i]``.
+    """
+    for cls in type(source).__mro__[:-1]:
+        if not cls.__flags__ & _HEAP_TYPE or "__getattribute__" in vars(cls):
+            return False
+    return "__getitem__" not in getattr(source, "__dict__", {})
+
 
 @register("source")
 class SourceMapDataset(MapStage):
@@ -47,6 +64,7 @@ class SourceMapDataset(MapStage):
         # Decided once per source: an undeclared `__getitems__` (a tfds mock's raises,
         # a torch-style one may collate) is never called.
         self._batched = reads_in_batches(source)
+        self._bound_reads = _bound_reads(source)
         # What reads many records stacked (grain_dataset._gather): an array of numbers or
         # strings (as an ArrayDataSource over it, no copy), or a declared source with
         # `gather`.
@@ -70,6 +88,8 @@ class SourceMapDataset(MapStage):
         if self._batched:
             return list(self._source.__getitems__(records))
         source = self._source
+        if self._bound_reads:
+            return list(map(source.__getitem__, records))
         return [source[record] for record in records]
 
     def _gatherable(self) -> bool:

@@ -12,14 +12,31 @@ flatten-and-compare cannot say.
 
 Bytes leaves stack into an object array of the same bytes objects: numpy's
 ``S`` dtype would silently drop trailing NUL bytes of binary records.
+
+Speed: a batch of 128 records is checked and taken apart one tree level at a
+time over the whole list (`_stack_level`): a set of the elements' types, the
+dict keys compared by `map`, the children transposed by `zip` or `itemgetter`,
+and arrays of one dtype and shape stacked by ``np.array`` (half the cost of
+``np.stack``, the same result). These are passes in C, not a Python loop per
+element. Where a level's check fails, the element-by-element walk (`_stack`)
+takes over that level: it gives the same result, and it is what finds the
+element that differs and names it in the error.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+# False: always the element-by-element walk (tests compare the two; A/B benchmarks).
+_VECTORIZED = True
+# Array dtypes that ``np.array`` over equal arrays returns unchanged, as ``np.stack`` does.
+_PLAIN_KINDS = frozenset("biufcmMUS")
+_dtype_of = operator.attrgetter("dtype")
+_strides_of = operator.attrgetter("strides")
 
 
 def _is_namedtuple(value: Any) -> bool:
@@ -126,6 +143,106 @@ def _stack(path: tuple[Any, ...], values: list[Any]) -> Any:
     return _stack_leaves(path, values, kinds)
 
 
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides = []
+    step = itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _stack_arrays(values: list[Any]) -> np.ndarray | None:
+    """`values` (plain ndarrays) stacked, or None where `np.stack` must decide.
+
+    Only C-ordered arrays of one dtype: `np.stack` lays its result out like its
+    inputs (Fortran-ordered in, Fortran-ordered rows out), `np.array` always in C
+    order, so other layouts keep `np.stack`.
+    """
+    dtypes = set(map(_dtype_of, values))
+    if len(dtypes) != 1:
+        return None
+    dtype = dtypes.pop()
+    if dtype.kind not in _PLAIN_KINDS or not dtype.isnative:
+        return None
+    if set(map(_strides_of, values)) != {_c_strides(values[0].shape, dtype.itemsize)}:
+        return None
+    try:
+        result = np.array(values)
+    except ValueError:  # leaves of different shapes
+        return None
+    if result.dtype != dtype or result.shape[1:] != values[0].shape:
+        return None
+    return result
+
+
+def _columns(kind: Any, values: list[Any]) -> tuple[list[Any], list[list[Any]]] | None:
+    """The first dict's keys and each key's values over `values` (dicts of type `kind`).
+
+    None where the dicts' keys differ.
+    """
+    names = list(values[0].keys())
+    if kind is dict:
+        # Plain dicts: equal sizes and every key found means equal key sets (a
+        # subclass may answer a missing key, as defaultdict does, so it compares keys).
+        if set(map(len, values)) != {len(names)}:
+            return None
+    else:
+        keys = values[0].keys()
+        if not all(map(keys.__eq__, map(kind.keys, values))):
+            return None
+    try:
+        if len(names) > 4:  # one pass and a transpose: cheaper than a pass per key
+            getter = operator.itemgetter(*names)
+            return names, [list(column) for column in zip(*map(getter, values), strict=True)]
+        return names, [list(map(operator.itemgetter(key), values)) for key in names]
+    except KeyError:
+        return None
+
+
+def _plain_sequence(kind: Any) -> bool:
+    """Whether `zip` reads a `kind` container as ``value[i]`` does (no override of either)."""
+    base = list if issubclass(kind, list) else tuple
+    return kind.__iter__ is base.__iter__ and kind.__getitem__ is base.__getitem__
+
+
+def _stack_level(path: tuple[Any, ...], values: list[Any]) -> Any:
+    """`_stack`'s result, with each level checked and split over all values at once."""
+    kinds = set(map(type, values))
+    if len(kinds) != 1:  # mixed containers or leaves: the walk decides, or names the odd one
+        return _stack(path, values)
+    kind = kinds.pop()
+    first = values[0]
+    if issubclass(kind, dict):
+        split = _columns(kind, values)
+        if split is None:
+            return _stack(path, values)
+        names, columns = split
+        result = {
+            key: _stack_level((*path, key), column)
+            for key, column in zip(names, columns, strict=True)
+        }
+        return result if kind is dict else _rebuild_mapping(kind, result)
+    if issubclass(kind, list | tuple):
+        size = len(first)
+        if set(map(len, values)) != {size} or not _plain_sequence(kind):
+            return _stack(path, values)
+        children = [
+            _stack_level((*path, i), list(column))
+            for i, column in enumerate(zip(*values, strict=True))
+        ]
+        if _is_namedtuple(first):
+            return kind(*children)
+        return kind(children)
+    if first is None:
+        return None
+    if kind is np.ndarray:
+        stacked = _stack_arrays(values)
+        if stacked is not None:
+            return stacked
+    return _stack_leaves(path, values, {kind})
+
+
 def stack(elements: Sequence[Any]) -> Any:
     """Stacks the leaves of equally structured PyTrees along a new first axis.
 
@@ -138,7 +255,7 @@ def stack(elements: Sequence[Any]) -> Any:
     if not values:
         raise ValueError("cannot batch an empty list of elements.")
     try:
-        return _stack((), values)
+        return _stack_level((), values) if _VECTORIZED else _stack((), values)
     except _StructureMismatchError as error:
         raise ValueError(
             "Expected all input elements to have the same structure but got:\n"
