@@ -570,7 +570,7 @@ def test_large_elements_are_read_a_few_at_a_time(num_threads):
     it.close()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(90)
 def test_large_elements_that_wait_are_read_by_as_many_threads_as_pay():
     # 24 MB each: the 64 MB bound alone would allow two in flight; each read waits
     # 30 ms (as on a file or a decoder that releases the GIL), so more readers pay.
@@ -585,10 +585,12 @@ def test_large_elements_that_wait_are_read_by_as_many_threads_as_pay():
             running[0] -= 1
         return np.zeros(big, np.uint8)
 
-    ds = MapDataset.range(400).map(slow)
+    ds = MapDataset.range(1000).map(slow)
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=8, prefetch_buffer_size=500)))
-    for _ in range(120):
-        next(it)
+    # A trial that a loaded machine spoils is tried again some seconds later.
+    for _ in it:
+        if most[0] >= 4:
+            break
     assert most[0] >= 4  # the tuner widened past the bytes bound ...
     assert most[0] <= 8  # ... and never past num_threads
     it.close()
