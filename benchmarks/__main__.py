@@ -204,7 +204,9 @@ TARGETS: dict[str, Target] = {
         "ratio", ">=", 5.0, ">= 5x processes", "free-threading issue (30)"
     ),
     "freethreaded/first_batch_*": Target("ours", "<=", 0.05, "<= 0.05 s", "issue 30"),
-    "jpeg/*_w0_t2@t0": Target("ratio", ">=", 1.8, ">= 1.8x 0 threads", "many-cores issue (31)"),
+    "jpeg/*batch_w0_t2@t0": Target(
+        "ratio", ">=", 1.8, ">= 1.8x 0 threads", "many-cores issue (31)"
+    ),
     "jpeg/*_w0_t2@upstream": Target("ratio", ">=", 1.0, ">= upstream", "many-cores issue (31)"),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
@@ -1090,9 +1092,11 @@ def _freethreaded_rows(lines: list[dict[str, Any]]) -> list[Row]:
 def bench_jpeg(ctx: Context) -> list[Row]:
     """jpeg.py: each case against upstream's, and each thread count against 0 threads."""
     arguments = [*ctx.sizes("jpeg"), "--repeats", "1"]
-    ours, upstream = _rounds(ctx, "jpeg", arguments, ctx.rounds)
+    # Ours also runs plain threads without grain: what the machine allowed that round.
+    ours, upstream = _rounds(ctx, "jpeg", arguments, ctx.rounds, ours_arguments=["--plain"])
     _check_sides(ours, upstream)
-    rows = _versus_upstream_rows(ctx, "jpeg", "images/s", ours, upstream)
+    grain_only = [[line for line in lines if line["shape"] != "plain"] for lines in ours]
+    rows = _versus_upstream_rows(ctx, "jpeg", "images/s", grain_only, upstream)
     cases = _by_case(ours)
     for case, lines in cases.items():
         shape, workers, threads = case.split("_")

@@ -16,12 +16,15 @@ T)``; 0 reads in the consumer's thread) and ``--workers`` worker processes
   mapbatch   MapDataset.source(src).map(decode).batch(128).to_iter_dataset(options)
   iterbatch  MapDataset.source(src).map(decode).to_iter_dataset(options).batch(128)
 
-A case is ``SHAPE_wW_tT``. One timed run reads `size` images from ``iter()`` on, the
-first batch and any tuning included, so a read-ahead that decides slowly shows; a line
-is the median of `repeats` runs after one untimed warm-up (the JPEGs are encoded once,
-before any run), with the time to the first batch. Every run's output is checked:
-the checksum of a sparse sample of every batch's pixels, against the same computed
-serially without grain (`ok`); `digest` is the checksum.
+A case is ``SHAPE_wW_tT``. With ``--plain``, ``plain_w0_tT`` decodes the same images
+in T plain threads without grain (the caller stacks the batches): the ceiling that the
+interpreter and the machine allow at that moment. One timed run reads `size` images
+from ``iter()`` on, the first batch and any tuning included, so a read-ahead that
+decides slowly shows; a line is the median of `repeats` runs after one untimed
+warm-up (the JPEGs are encoded once, before any run), with the time to the first
+batch. Every run's output is checked: the checksum of a sparse sample of every
+batch's pixels, against the same computed serially without grain (`ok`); `digest`
+is the checksum.
 
 On a many-core machine sweep threads and workers, e.g. ``--threads 0,2,4,8,16
 --workers 0,4,8,15``; the defaults are the 2-core case of benchmarks/REPORT.md.
@@ -30,8 +33,11 @@ On a many-core machine sweep threads and workers, e.g. ``--threads 0,2,4,8,16
 from __future__ import annotations
 
 import argparse
+import collections
+import concurrent.futures
 import hashlib
 import io
+import itertools
 import json
 import statistics
 import sys
@@ -124,13 +130,45 @@ def _run(ds: Any, batches: int) -> tuple[float, float, list[int]]:
     return first, elapsed, samples
 
 
+class _PlainThreads:
+    """No grain: `threads` plain threads decode in order, the caller stacks batches.
+
+    The ceiling that the interpreter and the machine allow at that moment; 0
+    threads decodes in the caller's thread.
+    """
+
+    def __init__(self, source: JpegSource, threads: int):
+        self._source, self._threads = source, threads
+
+    def __iter__(self) -> Any:
+        indices = range(len(self._source) // BATCH * BATCH)
+        if not self._threads:
+            images: Any = (decode(self._source[i]) for i in indices)
+            while batch := list(itertools.islice(images, BATCH)):
+                yield np.stack(batch)
+            return
+        with concurrent.futures.ThreadPoolExecutor(self._threads) as pool:
+            # A bounded window of futures, as a loader's buffer: memory stays flat.
+            todo, pending = iter(indices), collections.deque()
+            for i in itertools.islice(todo, 4 * self._threads):
+                pending.append(pool.submit(lambda i: decode(self._source[i]), i))
+            batch = []
+            while pending:
+                batch.append(pending.popleft().result())
+                for i in itertools.islice(todo, 1):
+                    pending.append(pool.submit(lambda i: decode(self._source[i]), i))
+                if len(batch) == BATCH:
+                    yield np.stack(batch)
+                    batch = []
+
+
 def _cases(shapes: Sequence[str], workers: Sequence[int], threads: Sequence[int]) -> list[str]:
     return [f"{s}_w{w}_t{t}" for s in shapes for w in workers for t in threads]
 
 
 def _parse(case: str) -> tuple[str, int, int]:
     shape, w, t = case.split("_")
-    if shape not in SHAPES or not w.startswith("w") or not t.startswith("t"):
+    if shape not in (*SHAPES, "plain") or not w.startswith("w") or not t.startswith("t"):
         raise SystemExit(f"--cases: expected SHAPE_wW_tT with SHAPE in {SHAPES}: {case!r}")
     return shape, int(w[1:]), int(t[1:])
 
@@ -147,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--workers", default="0")
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--cases", default="", help="SHAPE_wW_tT[,...]; overrides the sweep")
+    parser.add_argument(
+        "--plain", action="store_true", help="also plain_w0_tT: T plain threads, no grain"
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.size < BATCH:
         parser.error(f"--repeats must be positive and --size at least {BATCH}")
@@ -154,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     cases = [c for c in args.cases.split(",") if c] or _cases(
         shapes, _ints(args.workers), _ints(args.threads)
     )
+    if args.plain:
+        cases += [f"plain_w0_t{t}" for t in _ints(args.threads)]
     batches = args.size // BATCH
     source = JpegSource(batches * BATCH)
     expected = [
@@ -163,7 +206,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     digest = hashlib.sha256(np.array(expected, dtype=np.int64).tobytes()).hexdigest()[:16]
     for case in cases:
         shape, workers, threads = _parse(case)
-        ds = _pipeline(source, shape, threads, workers)
+        if shape == "plain":
+            ds = _PlainThreads(source, threads)
+        else:
+            ds = _pipeline(source, shape, threads, workers)
         _run(ds, min(batches, 4))  # warm-up: imports, worker start-up code paths
         firsts, times, ok = [], [], True
         for _ in range(args.repeats):
