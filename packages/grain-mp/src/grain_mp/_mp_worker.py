@@ -34,9 +34,11 @@ from grain_mp._sweep import process_alive
 from grain_mp._transport import SegmentPool
 
 _POLL_S = 0.5
-# Segments a worker may have lent beyond its buffer: elements the consumer still
-# holds (zero-copy arrays); past that, elements are pickled instead.
-HELD_BY_CONSUMER = 4
+# Elements of one worker the consumer may hold as zero-copy views; past that the
+# parent copies. device_put's default buffers hold up to 8 batches alive (4 read
+# ahead, 2 transferred, the one in transfer, the caller's; on CPU jax aliases the
+# views instead of copying), so a bound of 4 made it copy one batch in six.
+HELD_BY_CONSUMER = 8
 
 # Messages from a worker: (kind, ...).
 ELEMENTS, END, ERROR, WARNING = "elements", "end", "error", "warning"
