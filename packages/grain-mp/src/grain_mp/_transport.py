@@ -393,9 +393,11 @@ class SegmentPool:
         try:
             mapping = segment.mapping
             for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):
-                target = np.ndarray(
-                    shape, array.dtype, mapping, offset, order="F" if fortran else "C"
-                )
+                # No `order` keyword for C order: parsing it costs as much as the array.
+                if fortran:
+                    target = np.ndarray(shape, array.dtype, mapping, offset, order="F")
+                else:
+                    target = np.ndarray(shape, array.dtype, mapping, offset)
                 np.copyto(target, array)
             del target
             segment.generation += 1
@@ -641,7 +643,9 @@ class SegmentReader:
             # callback runs exactly when the last view of this element dies.
             lease = np.frombuffer(mapping, np.uint8)
             arrays = [
-                np.ndarray(shape, dtype, lease, offset, order="F" if fortran else "C")
+                np.ndarray(shape, dtype, lease, offset, order="F")
+                if fortran
+                else np.ndarray(shape, dtype, lease, offset)
                 for offset, shape, dtype, fortran in payload.leaves
             ]
             reference = weakref.ref(lease, self._dead.append)
