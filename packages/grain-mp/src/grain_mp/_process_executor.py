@@ -19,6 +19,8 @@ consumer that keeps everything (``list(ds)``) costs a copy, never an unbounded
 number of segments; a worker also pickles elements past a hard bound of lent
 segments. Everything but large arrays is pickled. Segment names say which run
 owns them, so a start sweeps away what killed runs left (`grain_mp._sweep`).
+How often a batch's bytes are copied on the way to a device, and where:
+docs/multiprocessing.md, "Copies".
 
 Processes. Workers are forked (fast: the first element does not wait for a
 fresh interpreter to import everything), except for pipelines that read
