@@ -37,7 +37,8 @@ _POLL_S = 0.5
 # Elements of one worker the consumer may hold as zero-copy views; past that the
 # parent copies. device_put's default buffers hold up to 8 batches alive (4 read
 # ahead, 2 transferred, the one in transfer, the caller's; on CPU jax aliases the
-# views instead of copying), so a bound of 4 made it copy one batch in six.
+# views instead of copying), so a bound of 4 made the parent copy 5-15% of the
+# batches under it (2 workers, a consumer slower than the pipeline).
 HELD_BY_CONSUMER = 8
 
 # Messages from a worker: (kind, ...).

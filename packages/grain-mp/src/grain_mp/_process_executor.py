@@ -335,6 +335,8 @@ class ProcessExecutor:
         worker's; `_owner` remembers whose (no parsing of names per element).
         """
         for name in reader.take_released():
-            owner = self._owner[name]  # every name released was decoded in `take`
+            owner = self._owner.get(name)  # every name released was decoded in `take`
+            if owner is None:
+                continue
             self._released[owner].append(name)
             self._held[owner].discard(name)
