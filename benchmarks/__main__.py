@@ -87,7 +87,7 @@ SIZES: dict[str, dict[str, list[str]]] = {
     },
     "device_put": {
         "full": ["--repeats", "5", "--batches", "1000", "--steps", "200"],
-        "quick": ["--repeats", "1", "--batches", "50", "--steps", "20"],
+        "quick": ["--repeats", "1", "--batches", "50", "--steps", "20", "--worker-batches", "30"],
     },
 }
 SIZES["latency_memory"] = {"full": ["--size", "60000"], "quick": ["--size", "5000"]}

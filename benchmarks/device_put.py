@@ -1,6 +1,7 @@
 """device_put: host-to-device rate and the consumer's step time, as JSON lines.
 
 Usage: python benchmarks/device_put.py [--repeats 5] [--batches 1000] [--steps 200]
+       [--worker-batches 300] [--no-workers]
 
 Batches are 32x224x224x3 uint8 (4.8 MB), put onto 8 CPU devices (the script
 sets XLA_FLAGS=--xla_force_host_platform_device_count=8 before jax loads) with
@@ -21,6 +22,18 @@ data's. Cases (median of `--repeats` runs each, alternating):
     as the consumer sees them, `wait_ms` the median time it waited in ``next``.
     ``plain_loop_sleep_5ms`` is the same consumer transferring each batch itself.
     If the transfer overlaps, `step_ms` stays ~5 ms.
+
+(d) ``workers_2_map_batch`` / ``workers_2_iter_batch``: the bytes path from worker
+    processes to the devices, ``MapDataset.range(n).map(image).batch(32)
+    .to_iter_dataset()`` (or ``.to_iter_dataset().batch(32)``) ``.mp_prefetch(
+    MultiprocessingOptions(num_workers=2, per_worker_buffer_size=2)) -> device_put``,
+    each image a ready 224x224x3 array (made once per process), so the figure is the
+    batching, the shared-memory transport and the transfer, not the data. Timed from
+    the second batch (worker start-up is mp.py's time to first batch), against the
+    plain loop's rate over the same number of batches measured in the same rounds:
+    `ratio_vs_plain` (median over rounds). On CPU jax aliases an aligned host array
+    instead of copying it, so the plain loop is nearly free there and the ratio says
+    how far the pipeline is from a free transfer; on an accelerator it is the DMA.
 
 Checks: in (a) and (b) an untimed warm-up run checks every batch (order: a
 batch's first byte names it; shape; sharding) and timed runs check the count;
@@ -108,6 +121,31 @@ def _ours(batches: list[np.ndarray], sharding: Any, n: int) -> Callable[[], Iter
     return lambda: iter(ds)
 
 
+_IMAGES: list[np.ndarray] = []
+
+
+def _image(index: int) -> np.ndarray:
+    """A ready 224x224x3 image whose first byte names its batch (made once per process)."""
+    if not _IMAGES:
+        for k in range(DISTINCT):
+            image = np.random.default_rng(k).integers(0, 256, SHAPE[1:], dtype=np.uint8)
+            image[0, 0, 0] = k
+            _IMAGES.append(image)
+    return _IMAGES[(index // SHAPE[0]) % DISTINCT]
+
+
+def _workers(sharding: Any, n: int, iter_batch: bool) -> Callable[[], Iterator[Any]]:
+    ds = grain.MapDataset.range(n * SHAPE[0]).map(_image)
+    read = grain.ReadOptions(num_threads=0)
+    if iter_batch:
+        ds = ds.to_iter_dataset(read).batch(SHAPE[0])
+    else:
+        ds = ds.batch(SHAPE[0]).to_iter_dataset(read)
+    options = grain.MultiprocessingOptions(num_workers=2, per_worker_buffer_size=2)
+    ds = device_put(ds.mp_prefetch(options), sharding)
+    return lambda: iter(ds)
+
+
 def _throughput(
     run: Callable[[], Iterator[Any]], n: int, checker: _Checker | None = None
 ) -> tuple[float, bool]:
@@ -174,6 +212,66 @@ def _consumer(
     return steps[1:], waits[1:], checker.ok  # the first step includes the start-up
 
 
+def _timed_after_first(
+    run: Callable[[], Iterator[Any]], n: int, checker: _Checker | None
+) -> tuple[float, bool]:
+    """Seconds for batches 2..n (each blocked on); the first waits for the workers to start."""
+    count = 0
+    iterator = run()
+    start = 0.0
+    for array in iterator:
+        array.block_until_ready()
+        if checker is not None:
+            checker.check(array)
+        count += 1
+        if count == 1:
+            start = time.perf_counter()
+    wall = time.perf_counter() - start
+    close = getattr(iterator, "close", None)
+    if close:
+        close()
+    return wall, count == n and (checker is None or checker.ok)
+
+
+def _workers_rows(
+    out: TextIO, args: argparse.Namespace, sharding: Any, batches: list[np.ndarray], env: Any
+) -> None:
+    """(d): worker processes -> shared memory -> device_put, against the plain loop."""
+    n = args.worker_batches
+    cases = {
+        "plain_loop": _plain(batches, sharding, n),
+        "workers_2_map_batch": _workers(sharding, n, iter_batch=False),
+        "workers_2_iter_batch": _workers(sharding, n, iter_batch=True),
+    }
+    walls: dict[str, list[float]] = {name: [] for name in cases}
+    oks = dict.fromkeys(cases, True)
+    for repeat in range(args.repeats + 1):
+        for name, run in cases.items():
+            checker = _Checker(sharding)  # every batch, in every case alike
+            wall, ok = _timed_after_first(run, n, checker)
+            oks[name] = oks[name] and ok
+            if repeat:  # repeat 0 warms up (the first fork, jax's first transfers)
+                walls[name].append(wall)
+    megabytes = batches[0].nbytes / 1e6
+    for name in cases:
+        if name == "plain_loop":
+            continue
+        rate = (n - 1) / statistics.median(walls[name])
+        plain = (n - 1) / statistics.median(walls["plain_loop"])
+        ratios = [p / w for p, w in zip(walls["plain_loop"], walls[name], strict=True)]
+        line = {
+            "case": name,
+            "batches": n,
+            "batch_mb": round(megabytes, 3),
+            "batches_per_s": round(rate, 1),
+            "mb_per_s": round(rate * megabytes, 1),
+            "plain_mb_per_s": round(plain * megabytes, 1),
+            "ratio_vs_plain": round(statistics.median(ratios), 3),
+            "round_ratios": [round(ratio, 3) for ratio in ratios],
+        }
+        _emit(out, {**line, "ok": oks[name] and oks["plain_loop"], **env})
+
+
 def _emit(out: TextIO, line: dict[str, Any]) -> None:
     out.write(json.dumps(line) + "\n")
     out.flush()
@@ -184,6 +282,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--worker-batches", type=int, default=300)
+    parser.add_argument(
+        "--no-workers", dest="workers", action="store_false", help="skip (d), worker processes"
+    )
     args = parser.parse_args(argv)
     out = json_stdout()
 
@@ -230,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             line["ratio_vs_plain"] = round(statistics.median(round_ratios), 3)
             line["round_ratios"] = [round(ratio, 3) for ratio in round_ratios]
         _emit(out, {**line, "ok": oks[name], **env})
+
+    if args.workers:
+        _workers_rows(out, args, sharding, batches, env)
 
     # (c): the consumer's step time with 5 ms of work per batch.
     numpy_work = _calibrate_numpy()

@@ -14,7 +14,9 @@ Usage: python benchmarks/mp.py [--repeats 3] [--batches 100] [--torch]
 (b) Transport: a map that returns a ready 150 KB uint8 array (made once per process, so
     no work), through 2 workers, the consumer dropping each element; MB/s from the
     first element on (worker start-up is the time to first batch above), beside a
-    single-thread numpy copy rate of the same arrays.
+    single-thread numpy copy rate of the same arrays, and the CPU time per element
+    of the parent and of the workers together (start-up included): on 2 cores the
+    three processes share them, so the rate follows the sum.
 
 Outputs are checked: every batch has the expected shape and the first pixel of
 each image encodes its index, so a wrong or missing element fails `ok`.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -168,6 +171,12 @@ def _cpu_bound(args: argparse.Namespace) -> None:
         )
 
 
+def _children_cpu() -> float:
+    """User and system seconds of this process's reaped children (the ended workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _transport(args: argparse.Namespace) -> None:
     n = args.transport_elements
     ds = (
@@ -185,7 +194,10 @@ def _transport(args: argparse.Namespace) -> None:
                 array.copy()
         copies.append(time.perf_counter() - start)
     walls, starts, ok = [], [], True
+    parent_cpu, workers_cpu = [], []
     for _ in range(args.repeats):
+        cpu_before = time.process_time()
+        children_before = _children_cpu()
         # The consumer drops each element (as a training step does) after checking it.
         # The clock runs from the first element: starting the workers is measured
         # by the CPU-bound cases' time to first batch, not here.
@@ -200,6 +212,9 @@ def _transport(args: argparse.Namespace) -> None:
             count += 1
         walls.append(time.perf_counter() - start)
         ok = ok and count == n
+        # The iterator ended, so its workers are reaped and their CPU time counted.
+        parent_cpu.append((time.process_time() - cpu_before) / n)
+        workers_cpu.append((_children_cpu() - children_before) / n)
     megabytes = (n - 1) * TRANSPORT_BYTES / 1e6
     copy_mb = (n // 64) * 64 * TRANSPORT_BYTES / 1e6
     _emit(
@@ -209,6 +224,8 @@ def _transport(args: argparse.Namespace) -> None:
             "mb_per_s": round(megabytes / statistics.median(walls), 1),
             "numpy_copy_mb_per_s": round(copy_mb / statistics.median(copies), 1),
             "first_element_s": round(statistics.median(starts), 4),
+            "parent_cpu_us_per_element": round(statistics.median(parent_cpu) * 1e6, 2),
+            "workers_cpu_us_per_element": round(statistics.median(workers_cpu) * 1e6, 2),
             "ok": bool(ok),
         }
     )

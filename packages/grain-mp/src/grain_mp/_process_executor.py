@@ -19,6 +19,8 @@ consumer that keeps everything (``list(ds)``) costs a copy, never an unbounded
 number of segments; a worker also pickles elements past a hard bound of lent
 segments. Everything but large arrays is pickled. Segment names say which run
 owns them, so a start sweeps away what killed runs left (`grain_mp._sweep`).
+How often a batch's bytes are copied on the way to a device, and where:
+docs/multiprocessing.md, "Copies".
 
 Processes. Workers are forked (fast: the first element does not wait for a
 fresh interpreter to import everything), except for pipelines that read
@@ -52,7 +54,7 @@ from grain_mp import _start, worker_env
 from grain_mp._ending import end_processes
 from grain_mp._executor import FAILED
 from grain_mp._mp_worker import HELD_BY_CONSUMER, worker_main
-from grain_mp._sweep import parse_segment_name, sweep_dead_segments
+from grain_mp._sweep import sweep_dead_segments
 from grain_mp._transport import SegmentReader
 
 # What a worker that crashed in native code is told, with the known cause and its fixes.
@@ -170,7 +172,7 @@ class ProcessExecutor:
         self._owed = [0] * count
         self._released: list[list[str]] = [[] for _ in range(count)]
         self._held: list[set[str]] = [set() for _ in range(count)]
-        self._by_pid: dict[int, int] = {}
+        self._owner: dict[str, int] = {}  # segment name -> the worker it came from
 
     def start(self, states: Any, ended: Any, options: Any) -> list[_Worker]:
         _start.check_can_start_workers()
@@ -182,7 +184,7 @@ class ProcessExecutor:
         self._owed = [0] * count
         self._released = [[] for _ in range(count)]
         self._held = [set() for _ in range(count)]
-        self._by_pid = {}
+        self._owner = {}
         # DatasetOptions(min_shm_size=...) given above mp_prefetch; smaller arrays copy.
         min_shm_size = options.min_shm_size if options is not None else 0
         # typeshed's BaseContext lacks Process; the context of any start method has it.
@@ -235,7 +237,6 @@ class ProcessExecutor:
                 workers.append(worker)
                 if not ended[index]:
                     worker.grant(self._buffer_size, [])
-            self._by_pid = {worker.process.pid: i for i, worker in enumerate(workers)}
             self._workers = workers
             _RUNNING.add(self)
         except BaseException:
@@ -304,23 +305,38 @@ class ProcessExecutor:
         return (FAILED, error)
 
     def take(self, index: int, payload: Any) -> Any:
-        reader = self._reader
+        reader: SegmentReader = self._reader  # type: ignore[assignment]
+        # Views dropped since the last take go back first, so that `held` counts only
+        # what the consumer still holds: counted late, a consumer holding exactly the
+        # bound (device_put's buffers) would get copies it does not need.
+        self._collect(reader)
         held = self._held[index]
+        name = payload.segment
         # Zero copy: the arrays are views of the segment, which goes back to the
         # worker once they are garbage collected; past the bound, a copy.
-        zero_copy = payload.segment is not None and len(held) < HELD_BY_CONSUMER
-        element = reader.decode(payload, copy=not zero_copy)  # type: ignore[union-attr]
-        if zero_copy:
-            held.add(payload.segment)
-        # A segment freed now may be any worker's (the consumer drops elements in
-        # any order): each name goes back to the worker that made it.
-        for name in reader.take_released():  # type: ignore[union-attr]
-            owner = self._by_pid.get(parse_segment_name(name)[1])  # type: ignore[index]
-            if owner is not None:
-                self._released[owner].append(name)
-                self._held[owner].discard(name)
+        zero_copy = name is not None and len(held) < HELD_BY_CONSUMER
+        element = reader.decode(payload, copy=not zero_copy)
+        if name is not None:
+            self._owner[name] = index
+            if zero_copy:
+                held.add(name)
+            else:
+                self._collect(reader)  # copied out: the segment is free at once
         self._owed[index] += 1
         if self._owed[index] >= self._grant_every:
             self._workers[index].grant(self._owed[index], self._released[index])  # type: ignore[index]
             self._owed[index], self._released[index] = 0, []
         return element
+
+    def _collect(self, reader: SegmentReader) -> None:
+        """Sends each segment freed since the last call back to the worker that made it.
+
+        The consumer drops elements in any order, so a name freed now may be any
+        worker's; `_owner` remembers whose (no parsing of names per element).
+        """
+        for name in reader.take_released():
+            owner = self._owner.get(name)  # every name released was decoded in `take`
+            if owner is None:
+                continue
+            self._released[owner].append(name)
+            self._held[owner].discard(name)
