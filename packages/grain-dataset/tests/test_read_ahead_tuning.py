@@ -195,3 +195,23 @@ def test_a_workers_readers_count_on_its_share_of_the_cores(count):
     it = iter_worker_slice(ds, 0, count)
     assert it._tuner._cores == max(1, _read_ahead._usable_cores() // count)
     assert list(it) == list(range(0, 100, count))
+
+
+def test_one_slow_window_does_not_start_a_trial_of_reading_inline(clock):
+    tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
+    for _ in range(6):  # two readers, two cores busy
+        width = max(tuner.width, 1)
+        run_window(tuner, clock, 1000.0 * width, starved=True, busy=0.95 * width)
+    assert tuner.width == 2
+    run_window(tuner, clock, 500.0, starved=True, busy=0.5)  # a hiccup: a collection, say
+    assert tuner.width == 2  # the average of the width's windows still shows two cores busy
+
+
+def test_a_trial_must_beat_the_widths_average_not_only_its_last_window(clock):
+    tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
+    for _ in range(6):  # one reader keeps up at 1000/s: no reason to change
+        run_window(tuner, clock, 1000.0, starved=False, busy=1.0)
+    run_window(tuner, clock, 500.0, starved=True, busy=1.0)  # one slow window
+    assert tuner.width == 2  # a second reader is tried ...
+    run_window(tuner, clock, 900.0, starved=True, busy=1.0)
+    assert tuner.width == 1  # ... and loses: 900 beats the slow window, not the average

@@ -219,11 +219,17 @@ class _WidthTuner:
         self._waited = 0.0
         self._cpu = 0.0
         self._chunks = 0
-        self._trial: tuple[int, float] | None = None  # (width before, its rate)
+        # (width before, the rate to beat, its average rate and busy cores)
+        self._trial: tuple[int, float, float | None, float | None] | None = None
         self._pause = 0  # windows before a width that was kept is questioned again
         self._grow_wait = 0  # windows before a doubling that did not pay is tried again
         self._inline_wait = 0  # windows before reading inline is tried again
         self._settling = 0  # chunks still to come that began before the width changed
+        # The read rate at the current width, averaged over its windows: a trial must
+        # beat this as well as the last window, which one hiccup (a collection, a
+        # page-faulting allocation) can make slow in a window of 10 ms.
+        self._rate_avg: float | None = None
+        self._busy_avg: float | None = None  # the same for the cores the readers kept busy
 
     def record(self, positions: int, waited: float, cpu: float = 0.0) -> None:
         """One chunk handed to the consumer: its positions, the consumer's wait, its CPU time."""
@@ -254,6 +260,12 @@ class _WidthTuner:
         self._chunks = 0
         if self._trial is not None and not self._judge_trial(rate):
             return  # back to the width before: this window measured the other one
+        average = self._rate_avg
+        self._rate_avg = rate if average is None else 0.7 * average + 0.3 * rate
+        busy_avg = self._busy_avg
+        # One window's CPU sum swings with the chunks that happen to end in it: the
+        # decisions below use the average at this width.
+        busy = self._busy_avg = busy if busy_avg is None else 0.7 * busy_avg + 0.3 * busy
         self._grow_wait = max(0, self._grow_wait - 1)
         self._inline_wait = max(0, self._inline_wait - 1)
         if self._pause:
@@ -277,9 +289,11 @@ class _WidthTuner:
         return wider if wider > self.width else None
 
     def _try(self, width: int, rate: float) -> None:
-        self._trial = (self.width, rate)
+        baseline = rate if self._rate_avg is None else max(rate, self._rate_avg)
+        self._trial = (self.width, baseline, self._rate_avg, self._busy_avg)
         self._settling = max(1, self.width)
         self.width = width
+        self._rate_avg = self._busy_avg = None
 
     def _judge_trial(self, rate: float) -> bool:
         """Keeps the width on trial if it read 15% faster than the one before, else goes back.
@@ -288,12 +302,13 @@ class _WidthTuner:
         the next step at once.
         """
         assert self._trial is not None
-        width, old_rate = self._trial
+        width, old_rate, old_average, old_busy = self._trial
         self._trial = None
         tried, kept = self.width, rate >= old_rate * 1.15
         if not kept:
             self.width = width
             self._settling = max(1, tried)
+            self._rate_avg, self._busy_avg = old_average, old_busy
         if tried == 0:  # reading inline
             if kept:
                 self._pause = _TUNE_PAUSE_WINDOWS
