@@ -26,19 +26,28 @@ def clock(monkeypatch):
     return fake
 
 
-def run_window(tuner, clock, rate, starved, busy=0.1, seconds=0.05):
+def run_window(tuner, clock, rate, starved, busy=0.1, seconds=0.05, heavy=False):
     """Feeds one window read at `rate` positions/s; `busy`: cores the readers kept busy.
 
-    starved: the consumer waited for the readers most of the window.
+    starved: the consumer waited for the readers most of the window. heavy: one
+    costly element to a chunk (a batch of decoded images, two chunks per reader
+    to a window), else cheap elements, many to a chunk.
     """
     while tuner._settling:
         clock.now += 0.001
         tuner.record(1, 0.0, 0.0)
-    chunks = max(_read_ahead._TUNE_CHUNKS, 2 * max(1, tuner.width))
+    if heavy:
+        chunks = 2 * max(1, tuner.width)
+        seconds = 100.0 * chunks / rate  # rate / 100 elements a second: 0.2 s at 1000
+        positions = 1.0
+    else:
+        chunks = max(_read_ahead._TUNE_CHUNKS, 2 * max(1, tuner.width))
+        seconds = max(seconds, _read_ahead._CHEAP_CHUNK * chunks / rate)
+        positions = rate * seconds / chunks
     for _ in range(chunks):
         clock.now += seconds / chunks
         waited = seconds / chunks if starved else 0.0
-        tuner.record(int(rate * seconds / chunks), waited, busy * seconds / chunks)
+        tuner.record(positions, waited, busy * seconds / chunks)
 
 
 def waiting(width, per_thread=1000.0, top=None):
@@ -50,11 +59,12 @@ def test_width_grows_while_more_width_reads_faster(clock):
     tuner = _read_ahead._WidthTuner(max_width=16, cores=2)
     assert tuner.width == 1
     widths = []
-    for _ in range(6):
+    for _ in range(7):
         # Readers that wait: few cores busy, so the width may pass the core count.
         run_window(tuner, clock, waiting(tuner.width), starved=True, busy=0.1)
         widths.append(tuner.width)
-    assert widths[:4] == [2, 4, 8, 16]
+    # Cheap chunks: inline first; no faster than one reader, so two are tried at once.
+    assert widths[:5] == [0, 2, 4, 8, 16]
     assert widths[-1] == 16
 
 
@@ -64,7 +74,9 @@ def test_computation_bound_readers_grow_to_the_cores_and_no_further(clock):
     for _ in range(20):
         width = max(tuner.width, 1)
         # Every reader keeps a core busy and the rate grows with them, up to 4 cores.
-        run_window(tuner, clock, 1000.0 * min(width, 4), starved=True, busy=min(width, 4))
+        run_window(
+            tuner, clock, 1000.0 * min(width, 4), starved=True, busy=min(width, 4), heavy=True
+        )
         widths.append(tuner.width)
         assert tuner.width <= 4
     assert widths[:2] == [2, 4]
@@ -73,19 +85,20 @@ def test_computation_bound_readers_grow_to_the_cores_and_no_further(clock):
 
 def test_width_goes_back_when_more_width_does_not_pay(clock):
     tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
-    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
-    assert tuner.width == 2  # doubling is tried first
-    run_window(tuner, clock, 1050.0, starved=True, busy=0.5)  # +5%: not worth it
+    window = {"starved": True, "busy": 0.5, "heavy": True}
+    run_window(tuner, clock, 1000.0, **window)
+    assert tuner.width == 2  # costly elements: doubling is tried first
+    run_window(tuner, clock, 1050.0, **window)  # +5%: not worth it
     assert tuner.width == 1
-    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+    run_window(tuner, clock, 1000.0, **window)
     assert tuner.width == 0  # the readers keep under one core busy: inline is tried
-    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)  # no faster: threads it is
+    run_window(tuner, clock, 1000.0, **window)  # no faster: threads it is
     assert tuner.width == 1
     # Neither doubling nor inline again for a while.
     for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS - 2):
-        run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+        run_window(tuner, clock, 1000.0, **window)
         assert tuner.width == 1
-    run_window(tuner, clock, 1000.0, starved=True, busy=0.5)
+    run_window(tuner, clock, 1000.0, **window)
     assert tuner.width == 2  # doubling is due again
 
 
@@ -106,11 +119,7 @@ def test_width_never_exceeds_the_thread_count(clock):
 
 def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(clock):
     tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
-    # Pure Python: one core busy whatever the width; a second reader only costs.
-    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
-    assert tuner.width == 2
-    run_window(tuner, clock, 900.0, starved=True, busy=1.0)
-    assert tuner.width == 1
+    # Pure Python, cheap: one core busy whatever the width; inline is tried first.
     run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
     assert tuner.width == 0
     run_window(tuner, clock, 2000.0, starved=True, busy=1.0)  # inline: twice as fast, kept
@@ -119,19 +128,23 @@ def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(c
         run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
         assert tuner.width == 0
     run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
-    assert tuner.width == 1  # now and then a thread is tried again
+    assert tuner.width == 2  # now and then threads are tried again (two: see the tuner)
     run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
-    assert tuner.width == 0  # and dropped when it is slower
+    assert tuner.width == 0  # and dropped when they are slower
 
 
-def test_inline_is_not_tried_when_the_readers_use_several_cores(clock):
+@pytest.mark.parametrize("heavy", [True, False])
+def test_inline_is_not_tried_when_the_readers_use_several_cores(clock, heavy):
     tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
     widths = []
     for _ in range(200):
         # Work that releases the GIL, on two cores: two readers read twice as fast.
         width = max(tuner.width, 1)
-        run_window(tuner, clock, 1000.0 * width, starved=True, busy=0.95 * width)
+        run_window(tuner, clock, 1000.0 * width, True, busy=0.95 * width, heavy=heavy)
         widths.append(tuner.width)
+    if not heavy:  # cheap chunks, one reader: inline is tried once, and loses
+        assert widths[0] == 0
+        widths = widths[1:]
     assert widths[0] == 2
     assert set(widths) == {2}
 
@@ -139,30 +152,31 @@ def test_inline_is_not_tried_when_the_readers_use_several_cores(clock):
 def test_inline_is_tried_again_when_doubling_stops_paying(clock):
     tuner = _read_ahead._WidthTuner(max_width=16, cores=64)
     widths = []
-    for _ in range(8):  # threads pay up to 8
+    for _ in range(10):  # threads pay up to 8
         run_window(tuner, clock, waiting(tuner.width, top=8), starved=True)
         widths.append(tuner.width)
-    assert widths[:4] == [2, 4, 8, 16]  # 16 tried, no faster than 8
+    assert widths[:5] == [0, 2, 4, 8, 16]  # 16 tried, no faster than 8
     assert widths[-1] == 8
     for _ in range(8 * _read_ahead._TUNE_PAUSE_WINDOWS):
         run_window(tuner, clock, waiting(tuner.width, top=8), starved=True)
         widths.append(tuner.width)
-    assert 0 in widths[8:]  # inline tried once doubling had failed, and lost
-    assert 16 in widths[8:]  # doubling tried again once it was due
+    assert 0 in widths[10:]  # inline tried again once doubling had failed, and lost
+    assert 16 in widths[10:]  # doubling tried again once it was due
     assert widths[-1] in (8, 16)
 
 
 def test_long_chunks_decide_within_two_chunks_per_reader(clock):
     tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
-    # Chunks of 0.2 s each (a batch of decoded images): one chunk decides for one reader,
+    # Chunks of 0.2 s each, one position each (a batch of decoded images): one chunk
+    # decides for one reader,
     clock.now += 0.2
-    tuner.record(128, 0.2, 0.2)
+    tuner.record(1, 0.2, 0.2)
     assert tuner.width == 2
     # two chunks per reader for more.
-    tuner.record(128, 0.0, 0.2)  # begun at width 1: does not count
+    tuner.record(1, 0.0, 0.2)  # begun at width 1: does not count
     for _ in range(4):
         clock.now += 0.1
-        tuner.record(128, 0.1, 0.19)
+        tuner.record(1, 0.1, 0.19)
     assert tuner.width == 2  # twice the rate: kept
     assert tuner._trial is None
 
@@ -210,8 +224,8 @@ def test_one_slow_window_does_not_start_a_trial_of_reading_inline(clock):
 def test_a_trial_must_beat_the_widths_average_not_only_its_last_window(clock):
     tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
     for _ in range(6):  # one reader keeps up at 1000/s: no reason to change
-        run_window(tuner, clock, 1000.0, starved=False, busy=1.0)
-    run_window(tuner, clock, 500.0, starved=True, busy=1.0)  # one slow window
+        run_window(tuner, clock, 1000.0, starved=False, busy=1.0, heavy=True)
+    run_window(tuner, clock, 500.0, starved=True, busy=1.0, heavy=True)  # one slow window
     assert tuner.width == 2  # a second reader is tried ...
-    run_window(tuner, clock, 900.0, starved=True, busy=1.0)
+    run_window(tuner, clock, 900.0, starved=True, busy=1.0, heavy=True)
     assert tuner.width == 1  # ... and loses: 900 beats the slow window, not the average

@@ -82,6 +82,8 @@ _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.01
 _TUNE_LONG_WINDOW_S = 0.1
 _TUNE_PAUSE_WINDOWS = 32
+# Elements per chunk, on average over a window, from which elements count as cheap.
+_CHEAP_CHUNK = 8
 
 
 @register("to_iter_dataset")
@@ -200,10 +202,11 @@ class _WidthTuner:
     limited by computation, so the width then grows no further than the cores
     this process may use; readers that leave their threads idle (waiting on
     I/O, or on each other for the GIL) may grow to `max_width`, the rate decides.
-    Width 0 reads in the consumer's own thread: tried when doubling stopped
-    paying and the readers keep at most about one core busy (work serialized by
-    the GIL, where every hand-off between threads costs more than it buys), and
-    kept if it reads 15% faster; then a thread is tried again now and then.
+    Width 0 reads in the consumer's own thread: tried while the readers keep at
+    most about one core busy (work serialized by the GIL, where every hand-off
+    between threads costs more than it buys), first of all for one reader of
+    cheap elements (many to a chunk), else when doubling stopped paying, and kept
+    if it reads 15% faster; then two readers are tried again now and then.
     Decisions take a window of at least two chunks per reader (one chunk with one
     reader), so elements that cost a tenth of a second reach their width within
     a few of them. The order
@@ -256,10 +259,22 @@ class _WidthTuner:
         rate = self._positions / elapsed
         starved = self._waited > 0.2 * elapsed
         busy = self._cpu / elapsed  # cores the readers kept busy
+        # Chunks are sized to _TARGET_CHUNK_S of work: many elements to a chunk make
+        # cheap elements, where a hand-off per chunk and the GIL's convoys weigh most.
+        cheap = self._positions >= _CHEAP_CHUNK * self._chunks
         self._window_start, self._positions, self._waited, self._cpu = now, 0, 0.0, 0.0
         self._chunks = 0
-        if self._trial is not None and not self._judge_trial(rate):
-            return  # back to the width before: this window measured the other one
+        if self._trial is not None:
+            tried = self.width
+            if not self._judge_trial(rate):
+                # Back to the width before: this window measured another one. Inline
+                # lost against one reader: a second reader is next, without waiting
+                # for a window to say again that the consumer starves.
+                wider = self._wider(self._busy_avg or 1.0) if tried == 0 else None
+                if wider is not None and not self._grow_wait:
+                    assert self._trial is None
+                    self._try(wider, self._rate_avg or rate)
+                return
         average = self._rate_avg
         self._rate_avg = rate if average is None else 0.7 * average + 0.3 * rate
         busy_avg = self._busy_avg
@@ -271,13 +286,21 @@ class _WidthTuner:
         if self._pause:
             self._pause -= 1
         elif self.width == 0:
-            # Reading inline won: see now and then whether a thread pays again.
-            self._try(1, rate)
+            # Reading inline won: see now and then whether threads pay again. Two
+            # readers, not one, since one reader can only match inline where the work
+            # releases the GIL: what pays there is a second one.
+            self._try(min(2, self._max_width), rate)
         elif starved:
             wider = self._wider(busy)
-            if wider is not None and not self._grow_wait:
+            inline = busy < 1.3 and not self._inline_wait
+            if inline and self.width == 1 and cheap:
+                # One reader of cheap elements: reading inline is tried before a second
+                # reader. Costlier elements (an image to decode) try the second reader
+                # first: against one reader, inline wins or loses there by noise alone.
+                self._try(0, rate)
+            elif wider is not None and not self._grow_wait:
                 self._try(wider, rate)
-            elif busy < 1.3 and not self._inline_wait:
+            elif inline:
                 self._try(0, rate)
 
     def _wider(self, busy: float) -> int | None:
