@@ -31,7 +31,7 @@ def run_window(tuner, clock, rate, starved, busy=0.1, seconds=0.05, heavy=False)
 
     starved: the consumer waited for the readers most of the window. heavy: one
     costly element to a chunk (a batch of decoded images, two chunks per reader
-    to a window), else cheap elements, many to a chunk.
+    to a window), else cheap elements (`rate` counts thousands of them).
     """
     while tuner._settling:
         clock.now += 0.001
@@ -42,8 +42,7 @@ def run_window(tuner, clock, rate, starved, busy=0.1, seconds=0.05, heavy=False)
         positions = 1.0
     else:
         chunks = max(_read_ahead._TUNE_CHUNKS, 2 * max(1, tuner.width))
-        seconds = max(seconds, _read_ahead._CHEAP_CHUNK * chunks / rate)
-        positions = rate * seconds / chunks
+        positions = 1000.0 * rate * seconds / chunks
     for _ in range(chunks):
         clock.now += seconds / chunks
         waited = seconds / chunks if starved else 0.0
@@ -59,12 +58,12 @@ def test_width_grows_while_more_width_reads_faster(clock):
     tuner = _read_ahead._WidthTuner(max_width=16, cores=2)
     assert tuner.width == 1
     widths = []
-    for _ in range(7):
+    for _ in range(8):
         # Readers that wait: few cores busy, so the width may pass the core count.
         run_window(tuner, clock, waiting(tuner.width), starved=True, busy=0.1)
         widths.append(tuner.width)
-    # Cheap chunks: inline first; no faster than one reader, so two are tried at once.
-    assert widths[:5] == [0, 2, 4, 8, 16]
+    # Cheap elements: inline first, no faster than one reader; then doubling.
+    assert widths[:6] == [0, 1, 2, 4, 8, 16]
     assert widths[-1] == 16
 
 
@@ -94,8 +93,16 @@ def test_width_goes_back_when_more_width_does_not_pay(clock):
     assert tuner.width == 0  # the readers keep under one core busy: inline is tried
     run_window(tuner, clock, 1000.0, **window)  # no faster: threads it is
     assert tuner.width == 1
-    # Neither doubling nor inline again for a while.
-    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS - 2):
+    # Doubling again soon (the first trial may have been unlucky), ...
+    for _ in range(_read_ahead._TUNE_FIRST_PAUSE_WINDOWS - 2):
+        run_window(tuner, clock, 1000.0, **window)
+        assert tuner.width == 1
+    run_window(tuner, clock, 1000.0, **window)
+    assert tuner.width == 2
+    run_window(tuner, clock, 1000.0, **window)  # no faster again
+    assert tuner.width == 1
+    # ... then neither doubling nor inline for a while.
+    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS - 1):
         run_window(tuner, clock, 1000.0, **window)
         assert tuner.width == 1
     run_window(tuner, clock, 1000.0, **window)
@@ -124,13 +131,32 @@ def test_reading_inline_is_kept_while_it_is_faster_and_threads_are_tried_again(c
     assert tuner.width == 0
     run_window(tuner, clock, 2000.0, starved=True, busy=1.0)  # inline: twice as fast, kept
     assert tuner.width == 0
-    for _ in range(_read_ahead._TUNE_PAUSE_WINDOWS - 1):
+    # Threads are tried again (two: see the tuner), soon the first time, ...
+    # (Windows at width 0 before the trial: the one that kept inline counts as one.)
+    for waits in (_read_ahead._TUNE_FIRST_PAUSE_WINDOWS - 1, _read_ahead._TUNE_PAUSE_WINDOWS):
+        for _ in range(waits):
+            run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
+            assert tuner.width == 0
         run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
-        assert tuner.width == 0
-    run_window(tuner, clock, 2000.0, starved=True, busy=1.0)
-    assert tuner.width == 2  # now and then threads are tried again (two: see the tuner)
-    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
-    assert tuner.width == 0  # and dropped when they are slower
+        assert tuner.width == 2
+        run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
+        assert tuner.width == 0  # ... and dropped when they are slower
+
+
+def test_inline_kept_by_a_cold_start_gives_way_to_two_readers_soon(clock):
+    tuner = _read_ahead._WidthTuner(max_width=2, cores=2)
+    run_window(tuner, clock, 600.0, starved=True, busy=0.95)  # the first window: cold
+    assert tuner.width == 0
+    run_window(tuner, clock, 1000.0, starved=True, busy=0.95)  # inline "wins"
+    assert tuner.width == 0
+    for _ in range(_read_ahead._TUNE_FIRST_PAUSE_WINDOWS):
+        run_window(tuner, clock, 1000.0, starved=True, busy=0.95)
+    assert tuner.width == 2
+    run_window(tuner, clock, 1900.0, starved=True, busy=1.9)  # image decoding: it pays
+    assert tuner.width == 2
+    for _ in range(50):
+        run_window(tuner, clock, 1900.0, starved=True, busy=1.9)
+        assert tuner.width == 2
 
 
 @pytest.mark.parametrize("heavy", [True, False])
@@ -143,8 +169,8 @@ def test_inline_is_not_tried_when_the_readers_use_several_cores(clock, heavy):
         run_window(tuner, clock, 1000.0 * width, True, busy=0.95 * width, heavy=heavy)
         widths.append(tuner.width)
     if not heavy:  # cheap chunks, one reader: inline is tried once, and loses
-        assert widths[0] == 0
-        widths = widths[1:]
+        assert widths[:2] == [0, 1]
+        widths = widths[2:]
     assert widths[0] == 2
     assert set(widths) == {2}
 
@@ -155,7 +181,7 @@ def test_inline_is_tried_again_when_doubling_stops_paying(clock):
     for _ in range(10):  # threads pay up to 8
         run_window(tuner, clock, waiting(tuner.width, top=8), starved=True)
         widths.append(tuner.width)
-    assert widths[:5] == [0, 2, 4, 8, 16]  # 16 tried, no faster than 8
+    assert widths[:6] == [0, 1, 2, 4, 8, 16]  # 16 tried, no faster than 8
     assert widths[-1] == 8
     for _ in range(8 * _read_ahead._TUNE_PAUSE_WINDOWS):
         run_window(tuner, clock, waiting(tuner.width, top=8), starved=True)

@@ -82,8 +82,9 @@ _TUNE_CHUNKS = 8
 _TUNE_WINDOW_S = 0.01
 _TUNE_LONG_WINDOW_S = 0.1
 _TUNE_PAUSE_WINDOWS = 32
-# Elements per chunk, on average over a window, from which elements count as cheap.
-_CHEAP_CHUNK = 8
+_TUNE_FIRST_PAUSE_WINDOWS = 4
+# Elements that cost less CPU than 1/_CHEAP_CHUNK of a chunk's target count as cheap.
+_CHEAP_CHUNK = 2
 
 
 @register("to_iter_dataset")
@@ -205,11 +206,12 @@ class _WidthTuner:
     Width 0 reads in the consumer's own thread: tried while the readers keep at
     most about one core busy (work serialized by the GIL, where every hand-off
     between threads costs more than it buys), first of all for one reader of
-    cheap elements (many to a chunk), else when doubling stopped paying, and kept
-    if it reads 15% faster; then two readers are tried again now and then.
-    Decisions take a window of at least two chunks per reader (one chunk with one
-    reader), so elements that cost a tenth of a second reach their width within
-    a few of them. The order
+    cheap elements (half a chunk's CPU target or less), else when doubling
+    stopped paying, and kept if it reads 15% faster; then two readers are tried
+    again, soon the first time, then now and then (a doubling that lost, too).
+    Decisions take a window of at least two chunks per reader (one chunk with
+    one reader), so elements that cost a tenth of a second reach their width
+    within a few of them. The order
     of elements never depends on the width.
     """
 
@@ -227,6 +229,8 @@ class _WidthTuner:
         self._pause = 0  # windows before a width that was kept is questioned again
         self._grow_wait = 0  # windows before a doubling that did not pay is tried again
         self._inline_wait = 0  # windows before reading inline is tried again
+        self._inline_kept = False  # whether reading inline has won a trial yet
+        self._grow_failed = False  # whether a doubling has lost a trial yet
         self._settling = 0  # chunks still to come that began before the width changed
         # The read rate at the current width, averaged over its windows: a trial must
         # beat this as well as the last window, which one hiccup (a collection, a
@@ -259,22 +263,13 @@ class _WidthTuner:
         rate = self._positions / elapsed
         starved = self._waited > 0.2 * elapsed
         busy = self._cpu / elapsed  # cores the readers kept busy
-        # Chunks are sized to _TARGET_CHUNK_S of work: many elements to a chunk make
-        # cheap elements, where a hand-off per chunk and the GIL's convoys weigh most.
-        cheap = self._positions >= _CHEAP_CHUNK * self._chunks
+        # Elements that cost a small part of a chunk's target (or wait, costing no
+        # CPU) are cheap: a hand-off per chunk and the GIL's convoys weigh most there.
+        cheap = self._cpu < self._positions * _TARGET_CHUNK_S / _CHEAP_CHUNK
         self._window_start, self._positions, self._waited, self._cpu = now, 0, 0.0, 0.0
         self._chunks = 0
-        if self._trial is not None:
-            tried = self.width
-            if not self._judge_trial(rate):
-                # Back to the width before: this window measured another one. Inline
-                # lost against one reader: a second reader is next, without waiting
-                # for a window to say again that the consumer starves.
-                wider = self._wider(self._busy_avg or 1.0) if tried == 0 else None
-                if wider is not None and not self._grow_wait:
-                    assert self._trial is None
-                    self._try(wider, self._rate_avg or rate)
-                return
+        if self._trial is not None and not self._judge_trial(rate):
+            return  # back to the width before: this window measured the other one
         average = self._rate_avg
         self._rate_avg = rate if average is None else 0.7 * average + 0.3 * rate
         busy_avg = self._busy_avg
@@ -297,6 +292,8 @@ class _WidthTuner:
                 # One reader of cheap elements: reading inline is tried before a second
                 # reader. Costlier elements (an image to decode) try the second reader
                 # first: against one reader, inline wins or loses there by noise alone.
+                # (Cost, not elements per chunk: the bytes bound makes chunks of large
+                # cheap elements short.)
                 self._try(0, rate)
             elif wider is not None and not self._grow_wait:
                 self._try(wider, rate)
@@ -334,14 +331,20 @@ class _WidthTuner:
             self._rate_avg, self._busy_avg = old_average, old_busy
         if tried == 0:  # reading inline
             if kept:
-                self._pause = _TUNE_PAUSE_WINDOWS
+                # The first time soon: a window that was slow for a passing reason (a
+                # cold start) may have made inline look better than it is.
+                first = not self._inline_kept
+                self._inline_kept = True
+                self._pause = _TUNE_FIRST_PAUSE_WINDOWS if first else _TUNE_PAUSE_WINDOWS
             else:  # threads it is; inline again much later
                 self._inline_wait = 4 * _TUNE_PAUSE_WINDOWS
         elif width == 0:  # a thread again, after reading inline
             if not kept:
                 self._pause = _TUNE_PAUSE_WINDOWS
-        elif not kept:
-            self._grow_wait = _TUNE_PAUSE_WINDOWS
+        elif not kept:  # a doubling that did not pay; the first may have been unlucky
+            first = not self._grow_failed
+            self._grow_failed = True
+            self._grow_wait = _TUNE_FIRST_PAUSE_WINDOWS if first else _TUNE_PAUSE_WINDOWS
         return kept
 
 
