@@ -53,7 +53,10 @@ def _pipeline(count, iter_batch):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("iter_batch", [False, True])
-def test_every_batch_keeps_its_values_while_all_are_held(iter_batch):
+def test_every_batch_keeps_its_values_while_all_are_held(iter_batch, monkeypatch):
+    # Worker processes on every interpreter: without the GIL they would be threads,
+    # which hand batches over without shared memory.
+    monkeypatch.setenv("GRAIN_PY_WORKER_EXECUTOR", "processes")
     before = _ours()
     iterator = iter(device_put(_pipeline(30, iter_batch), jax.devices()[0]))
     batches = [next(iterator)]
