@@ -188,6 +188,11 @@ def _usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _smoothed(average: float | None, value: float) -> float:
+    """A moving average of a width's windows, started by its first window."""
+    return value if average is None else 0.7 * average + 0.3 * value
+
+
 class _WidthTuner:
     """Chooses how many chunks are read at once: more only while it pays.
 
@@ -211,14 +216,13 @@ class _WidthTuner:
     again, soon the first time, then now and then (a doubling that lost, too).
     Decisions take a window of at least two chunks per reader (one chunk with
     one reader), so elements that cost a tenth of a second reach their width
-    within a few of them. The order
-    of elements never depends on the width.
+    within a few of them. The order of elements never depends on the width.
     """
 
-    def __init__(self, max_width: int, cores: int | None = None):
+    def __init__(self, max_width: int, cores: int):
         self.width = 1
         self._max_width = max_width
-        self._cores = max(1, cores if cores is not None else _usable_cores())
+        self._cores = max(1, cores)  # those this process (a worker: its share) may use
         self._window_start = time.perf_counter()
         self._positions = 0
         self._waited = 0.0
@@ -270,12 +274,10 @@ class _WidthTuner:
         self._chunks = 0
         if self._trial is not None and not self._judge_trial(rate):
             return  # back to the width before: this window measured the other one
-        average = self._rate_avg
-        self._rate_avg = rate if average is None else 0.7 * average + 0.3 * rate
-        busy_avg = self._busy_avg
+        self._rate_avg = _smoothed(self._rate_avg, rate)
         # One window's CPU sum swings with the chunks that happen to end in it: the
         # decisions below use the average at this width.
-        busy = self._busy_avg = busy if busy_avg is None else 0.7 * busy_avg + 0.3 * busy
+        busy = self._busy_avg = _smoothed(self._busy_avg, busy)
         self._grow_wait = max(0, self._grow_wait - 1)
         self._inline_wait = max(0, self._inline_wait - 1)
         if self._pause:
@@ -362,10 +364,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
         options = dataset._read_options
         self._threads = options.num_threads if options.prefetch_buffer_size else 0
         self._buffer_size = options.prefetch_buffer_size
-        # A worker's readers share the cores with the other workers of the host.
-        workers = self._ctx.worker_slice[1] if self._ctx.worker_slice else 1
-        cores = max(1, _usable_cores() // workers)
-        self._tuner = _WidthTuner(self._threads, cores) if self._threads else None
+        self._tuner: _WidthTuner | None = None
+        if self._threads:
+            # A worker's readers share the cores with the other workers of the host.
+            workers = self._ctx.worker_slice[1] if self._ctx.worker_slice else 1
+            self._tuner = _WidthTuner(self._threads, max(1, _usable_cores() // workers))
         self._pool: DaemonPool | None = None
         self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
         self._in_flight = 0
