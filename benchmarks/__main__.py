@@ -466,6 +466,11 @@ def _check_sides(ours: list[list[dict[str, Any]]], upstream: list[list[dict[str,
         raise BenchmarkError(f"upstream's runs report implementation {sorted(map(str, sides))}")
 
 
+def _rate(lines: list[dict[str, Any]]) -> float:
+    """A case's elements per second over its rounds, from the median time."""
+    return lines[0]["elements"] / statistics.median(line["median_s"] for line in lines)
+
+
 def _versus_upstream(ctx: Context, benchmark: str, unit: str) -> list[Row]:
     """Rows of a script that runs under both implementations (compare.py's protocol)."""
     arguments = [*ctx.sizes(benchmark), "--repeats", "1"]
@@ -485,7 +490,7 @@ def _versus_upstream_rows(
     ours_cases, upstream_cases = _by_case(ours), _by_case(upstream)
     rows = []
     for case, lines in ours_cases.items():
-        ours_rate = lines[0]["elements"] / statistics.median(line["median_s"] for line in lines)
+        ours_rate = _rate(lines)
         ours_ok = all(line.get("ok", False) for line in lines)
         peer_lines = upstream_cases.get(case, [])
         if not peer_lines:
@@ -515,8 +520,7 @@ def _versus_upstream_rows(
                 ours_rate,
                 "upstream",
                 UPSTREAM,
-                peer_lines[0]["elements"]
-                / statistics.median(line["median_s"] for line in peer_lines),
+                _rate(peer_lines),
                 ratio=ratio,
                 ok=summary["ours_ok"] and summary["upstream_ok"],
                 note=note,
@@ -1109,10 +1113,10 @@ def bench_jpeg(ctx: Context) -> list[Row]:
                 "jpeg",
                 case,
                 "images/s",
-                lines[0]["elements"] / statistics.median(line["median_s"] for line in lines),
+                _rate(lines),
                 "t0",
                 "0 threads (same run)",
-                base[0]["elements"] / statistics.median(line["median_s"] for line in base),
+                _rate(base),
                 ratio=statistics.median(ratios),
                 ok=all(line["ok"] for line in lines + base),
                 note=_per_round(ratios),

@@ -141,25 +141,29 @@ class _PlainThreads:
         self._source, self._threads = source, threads
 
     def __iter__(self) -> Any:
+        images = self._decoded()
+        while batch := list(itertools.islice(images, BATCH)):
+            yield np.stack(batch)
+
+    def _decoded(self) -> Any:
+        """The images in order: decoded here, or by the threads a bounded window ahead."""
         indices = range(len(self._source) // BATCH * BATCH)
         if not self._threads:
-            images: Any = (decode(self._source[i]) for i in indices)
-            while batch := list(itertools.islice(images, BATCH)):
-                yield np.stack(batch)
+            yield from (decode(self._source[i]) for i in indices)
             return
         with concurrent.futures.ThreadPoolExecutor(self._threads) as pool:
             # A bounded window of futures, as a loader's buffer: memory stays flat.
             todo, pending = iter(indices), collections.deque()
             for i in itertools.islice(todo, 4 * self._threads):
-                pending.append(pool.submit(lambda i: decode(self._source[i]), i))
-            batch = []
+                pending.append(pool.submit(self._decode, i))
             while pending:
-                batch.append(pending.popleft().result())
+                image = pending.popleft().result()
                 for i in itertools.islice(todo, 1):
-                    pending.append(pool.submit(lambda i: decode(self._source[i]), i))
-                if len(batch) == BATCH:
-                    yield np.stack(batch)
-                    batch = []
+                    pending.append(pool.submit(self._decode, i))
+                yield image
+
+    def _decode(self, index: int) -> np.ndarray:
+        return decode(self._source[index])
 
 
 def _cases(shapes: Sequence[str], workers: Sequence[int], threads: Sequence[int]) -> list[str]:
