@@ -80,10 +80,17 @@ def _describe(value: Any) -> str:
 
 
 def _rebuild_mapping(kind: type, result: dict) -> Any:
+    if kind is dict:
+        return result
     try:
         return kind(result)
     except TypeError:  # e.g. defaultdict, whose first argument is a factory
         return result
+
+
+def _rebuild_sequence(kind: type, first: Any, children: list[Any]) -> Any:
+    """A list or tuple of `kind` (that of `first`) holding `children`."""
+    return kind(*children) if _is_namedtuple(first) else kind(children)
 
 
 def _stack_leaves(path: tuple[Any, ...], leaves: list[Any], kinds: set[type]) -> np.ndarray:
@@ -120,16 +127,14 @@ def _stack(path: tuple[Any, ...], values: list[Any]) -> Any:
             if not isinstance(value, dict) or value.keys() != keys:
                 _structure_error(path, index, first, value, "has different keys")
         result = {key: _stack((*path, key), [value[key] for value in values]) for key in keys}
-        return result if kind is dict else _rebuild_mapping(kind, result)
+        return _rebuild_mapping(kind, result)
     if isinstance(first, list | tuple):
         size = len(first)
         for index, value in enumerate(values):
             if type(value) is not kind or len(value) != size:
                 _structure_error(path, index, first, value, "has a different container")
         children = [_stack((*path, i), [value[i] for value in values]) for i in range(size)]
-        if _is_namedtuple(first):
-            return kind(*children)
-        return kind(children)
+        return _rebuild_sequence(kind, first, children)
     if first is None:
         for index, value in enumerate(values):
             if value is not None:
@@ -222,7 +227,7 @@ def _stack_level(path: tuple[Any, ...], values: list[Any]) -> Any:
             key: _stack_level((*path, key), column)
             for key, column in zip(names, columns, strict=True)
         }
-        return result if kind is dict else _rebuild_mapping(kind, result)
+        return _rebuild_mapping(kind, result)
     if issubclass(kind, list | tuple):
         size = len(first)
         if set(map(len, values)) != {size} or not _plain_sequence(kind):
@@ -231,9 +236,7 @@ def _stack_level(path: tuple[Any, ...], values: list[Any]) -> Any:
             _stack_level((*path, i), list(column))
             for i, column in enumerate(zip(*values, strict=True))
         ]
-        if _is_namedtuple(first):
-            return kind(*children)
-        return kind(children)
+        return _rebuild_sequence(kind, first, children)
     if first is None:
         return None
     if kind is np.ndarray:
