@@ -145,6 +145,14 @@ def _payload(
     return Payload(segment, generation, leaves, skeleton)
 
 
+def _view(shape: Any, dtype: Any, buffer: Any, offset: int, fortran: bool) -> np.ndarray:
+    """An array over `buffer` at `offset`, in Fortran or C order."""
+    if fortran:
+        return np.ndarray(shape, dtype, buffer, offset, order="F")
+    # No `order` keyword for C order: parsing it costs as much as the array.
+    return np.ndarray(shape, dtype, buffer, offset)
+
+
 def _same(value: Any) -> Any:
     """Unpickles as its argument: a SharedMemoryArray sent as the plain array of its values."""
     return value
@@ -409,11 +417,7 @@ class SegmentPool:
         try:
             mapping = segment.mapping
             for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):
-                # No `order` keyword for C order: parsing it costs as much as the array.
-                if fortran:
-                    target = np.ndarray(shape, array.dtype, mapping, offset, order="F")
-                else:
-                    target = np.ndarray(shape, array.dtype, mapping, offset)
+                target = _view(shape, array.dtype, mapping, offset, fortran)
                 np.copyto(target, array)
             del target
             segment.generation += 1
@@ -659,9 +663,7 @@ class SegmentReader:
             # callback runs exactly when the last view of this element dies.
             lease = np.frombuffer(mapping, np.uint8)
             arrays = [
-                np.ndarray(shape, dtype, lease, offset, order="F")
-                if fortran
-                else np.ndarray(shape, dtype, lease, offset)
+                _view(shape, dtype, lease, offset, fortran)
                 for offset, shape, dtype, fortran in payload.leaves
             ]
             reference = weakref.ref(lease, self._dead.append)
