@@ -79,7 +79,7 @@ def _key(element: Any) -> Any:
 
 
 def _from_threads(
-    iterator: Any, count: int, pause: float = 0.0
+    run_in_threads: Any, iterator: Any, count: int, pause: float = 0.0
 ) -> tuple[list[list[Any]], list[BaseException]]:
     """Runs ``for x in iterator`` in `count` threads at once; what each got, and errors.
 
@@ -87,37 +87,23 @@ def _from_threads(
     turns even where one could drain a fast pipeline within its GIL time slice.
     """
     got: list[list[Any]] = [[] for _ in range(count)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
 
     def consume(index: int) -> None:
-        start.wait()
-        try:
-            for element in iterator:
-                got[index].append(_key(element))
-                if pause:
-                    time.sleep(pause)
-        except BaseException as error:
-            errors.append(error)
+        for element in iterator:
+            got[index].append(_key(element))
+            if pause:
+                time.sleep(pause)
 
-    threads = [threading.Thread(target=consume, args=(i,), daemon=True) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + JOIN_S
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    stuck = [thread.name for thread in threads if thread.is_alive()]
-    assert not stuck, f"deadlock: {stuck} still inside next() after {JOIN_S} s"
-    return got, errors
+    return got, run_in_threads(consume, count, JOIN_S)
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("make", PIPELINES.values(), ids=PIPELINES.keys())
-def test_two_threads_calling_next_share_the_stream_exactly(make):
+def test_two_threads_calling_next_share_the_stream_exactly(make, run_in_threads):
     expected = collections.Counter(_key(element) for element in make())
     iterator = iter(make())
     try:
-        got, errors = _from_threads(iterator, 2, pause=0.0005)
+        got, errors = _from_threads(run_in_threads, iterator, 2, pause=0.0005)
     finally:
         iterator.close()
     assert not errors, errors
@@ -129,7 +115,7 @@ def test_two_threads_calling_next_share_the_stream_exactly(make):
 
 
 @pytest.mark.timeout(120)
-def test_four_threads_on_one_iterator_with_threads_and_workers():
+def test_four_threads_on_one_iterator_with_threads_and_workers(run_in_threads):
     make = lambda: ge.ThreadPrefetchIterDataset(  # noqa: E731
         _base(threads=2).batch(3).mp_prefetch(grain.MultiprocessingOptions(num_workers=2)),
         prefetch_buffer_size=2,
@@ -137,7 +123,7 @@ def test_four_threads_on_one_iterator_with_threads_and_workers():
     expected = collections.Counter(_key(element) for element in make())
     iterator = iter(make())
     try:
-        got, errors = _from_threads(iterator, 4)
+        got, errors = _from_threads(run_in_threads, iterator, 4)
     finally:
         iterator.close()
     assert not errors, errors

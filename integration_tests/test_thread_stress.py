@@ -190,34 +190,12 @@ def _assert_gil_stays_off() -> None:
         assert not sys._is_gil_enabled(), "an imported module turned the GIL back on"
 
 
-def _from_threads(work: Callable[[int], None], count: int = THREADS) -> None:
-    """Runs ``work(i)`` in `count` threads started together; raises the first error."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
-
-    def run(index: int) -> None:
-        start.wait()
-        try:
-            work(index)
-        except BaseException as error:
-            errors.append(error)
-
-    threads = [
-        threading.Thread(target=run, args=(i,), name=f"stress-{i}", daemon=True)
-        for i in range(count)
-    ]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + JOIN_S
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    stuck = [thread.name for thread in threads if thread.is_alive()]
-    assert not stuck, f"still running after {JOIN_S} s: {stuck}"
+def _raise_first(errors: list[BaseException]) -> None:
     if errors:
         raise errors[0]
 
 
-def _run(rounds: int, tmp_path: Path) -> None:
+def _run(rounds: int, tmp_path: Path, run_in_threads: Any) -> None:
     _assert_gil_stays_off()
     expected = {}
     for name, make in PIPELINES.items():
@@ -234,7 +212,7 @@ def _run(rounds: int, tmp_path: Path) -> None:
         for round_, name in enumerate(names):
             _check_round(name, expected[name], rng, tmp_path / f"t{index}-{round_}")
 
-    _from_threads(work)
+    _raise_first(run_in_threads(work, THREADS, JOIN_S))
     # Every read, prefetch and pipeline thread ends soon after its iterator's close().
     deadline = time.monotonic() + 5.0
     while threading.active_count() > baseline and time.monotonic() < deadline:
@@ -245,18 +223,18 @@ def _run(rounds: int, tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_many_threads_build_iterate_checkpoint_and_close_pipelines(tmp_path):
-    _run(rounds=1, tmp_path=tmp_path)
+def test_many_threads_build_iterate_checkpoint_and_close_pipelines(tmp_path, run_in_threads):
+    _run(rounds=1, tmp_path=tmp_path, run_in_threads=run_in_threads)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_many_threads_many_rounds(tmp_path):
-    _run(rounds=8, tmp_path=tmp_path)
+def test_many_threads_many_rounds(tmp_path, run_in_threads):
+    _run(rounds=8, tmp_path=tmp_path, run_in_threads=run_in_threads)
 
 
 @pytest.mark.timeout(120)
-def test_random_access_to_one_shared_shuffled_dataset_from_threads():
+def test_random_access_to_one_shared_shuffled_dataset_from_threads(run_in_threads):
     # Each batch reads its shuffle vectorized, which caches whole epoch orders (two at a
     # time): jumping between epochs from many threads evicts all the time. Evicting in
     # place raised "dictionary changed size during iteration" or StopIteration here on
@@ -274,12 +252,12 @@ def test_random_access_to_one_shared_shuffled_dataset_from_threads():
             assert shared[i].tolist() == expected[i], f"batch {i} differs"
 
     _assert_gil_stays_off()
-    _from_threads(work, 8)
+    _raise_first(run_in_threads(work, 8, JOIN_S))
     _assert_gil_stays_off()
 
 
 @pytest.mark.timeout(120)
-def test_pipeline_stats_while_threads_start_tracked_pipelines():
+def test_pipeline_stats_while_threads_start_tracked_pipelines(run_in_threads):
     # grain.monitoring lists the live tracked iterators while other threads start and
     # drop them: listing a WeakSet that another thread adds to raised "Set changed size
     # during iteration".
@@ -305,4 +283,4 @@ def test_pipeline_stats_while_threads_start_tracked_pipelines():
             if index == 1:
                 done.set()
 
-    _from_threads(work, 4)
+    _raise_first(run_in_threads(work, 4, JOIN_S))
