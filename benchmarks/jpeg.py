@@ -20,11 +20,11 @@ A case is ``SHAPE_wW_tT``. With ``--plain``, ``plain_w0_tT`` decodes the same im
 in T plain threads without grain (the caller stacks the batches): the ceiling that the
 interpreter and the machine allow at that moment. One timed run reads `size` images
 from ``iter()`` on, the first batch and any tuning included, so a read-ahead that
-decides slowly shows; a line is the median of `repeats` runs after one untimed
-warm-up (the JPEGs are encoded once, before any run), with the time to the first
-batch. Every run's output is checked: the checksum of a sparse sample of every
-batch's pixels, against the same computed serially without grain (`ok`); `digest`
-is the checksum.
+decides slowly shows; a line is the median of `repeats` runs (taken round the
+cases, one run of each in turn) after one untimed warm-up (the JPEGs are encoded
+once, before any run), with the time to the first batch. Every run's output is
+checked: the checksum of a sparse sample of every batch's pixels, against the same
+computed serially without grain (`ok`); `digest` is the checksum.
 
 On a many-core machine sweep threads and workers, e.g. ``--threads 0,2,4,8,16
 --workers 0,4,8,15``; the defaults are the 2-core case of benchmarks/REPORT.md.
@@ -214,20 +214,30 @@ def main(argv: Sequence[str] | None = None) -> None:
         for b in range(batches)
     ]
     digest = hashlib.sha256(np.array(expected, dtype=np.int64).tobytes()).hexdigest()[:16]
+    pipelines = {}
     for case in cases:
         shape, workers, threads = _parse(case)
-        if shape == "plain":
-            ds = _PlainThreads(source, threads)
-        else:
-            ds = _pipeline(source, shape, threads, workers)
-        _run(ds, min(batches, 4))  # warm-up: imports, worker start-up code paths
-        firsts, times, ok = [], [], True
-        for _ in range(args.repeats):
-            first, elapsed, samples = _run(ds, batches)
-            firsts.append(first)
-            times.append(elapsed)
-            ok = ok and samples == expected
-        median = statistics.median(times)
+        pipelines[case] = (
+            _PlainThreads(source, threads)
+            if shape == "plain"
+            else (_pipeline(source, shape, threads, workers))
+        )
+        _run(pipelines[case], min(batches, 4))  # warm-up: imports, worker start-up code paths
+    # Repeats go round the cases, so that what drifts while the benchmark runs (the
+    # machine's load, the heap, the clock) reaches every case alike: one case after
+    # another gave whichever ran first in a fresh process a 15% head start.
+    firsts: dict[str, list[float]] = {case: [] for case in cases}
+    times: dict[str, list[float]] = {case: [] for case in cases}
+    ok = dict.fromkeys(cases, True)
+    for _ in range(args.repeats):
+        for case in cases:
+            first, elapsed, samples = _run(pipelines[case], batches)
+            firsts[case].append(first)
+            times[case].append(elapsed)
+            ok[case] = ok[case] and samples == expected
+    for case in cases:
+        shape, workers, threads = _parse(case)
+        median = statistics.median(times[case])
         line = {
             "benchmark": "jpeg",
             "case": case,
@@ -240,8 +250,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             "elements": batches * BATCH,
             "median_s": round(median, 6),
             "images_per_s": round(batches * BATCH / median, 1),
-            "first_batch_s": round(statistics.median(firsts), 4),
-            "ok": bool(ok),
+            "first_batch_s": round(statistics.median(firsts[case]), 4),
+            "ok": bool(ok[case]),
             "digest": digest,
         }
         print(json.dumps(line), flush=True)
