@@ -48,7 +48,14 @@ GUIDE_PAGES = [
 # Pages whose ```python blocks run: the guide pages above and the packages' READMEs.
 EXAMPLE_PAGES = [f"docs/{page}" for page in GUIDE_PAGES] + [
     f"packages/{name}/README.md"
-    for name in ["grain", "grain-index", "grain-sources", "grain-dataset", "grain-mp"]
+    for name in [
+        "grain",
+        "grain-index",
+        "grain-sources",
+        "grain-dataset",
+        "grain-mp",
+        "grain-convert",
+    ]
 ]
 # Seconds per tutorial or page; all of them together take about half a minute on 2 cores.
 LIMIT_S = 60

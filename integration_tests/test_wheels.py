@@ -1,6 +1,6 @@
 """Each layer installs from the wheels on its own, as a user installs it.
 
-`uv build --all-packages` builds the six wheels once per session. pip is the one
+`uv build --all-packages` builds the seven wheels once per session. pip is the one
 that ships with Python's ensurepip, run from its wheel. For each layer, a fresh
 virtual environment gets:
 
@@ -12,12 +12,12 @@ virtual environment gets:
   the `grainline` distribution, whose recorded `grain/__init__.py` is the file
   `import grain` runs, no distribution named `grain`, and the `grain` command.
   Its third-party dependencies come from the registry, as a user's do.
-- `grainline[jax]` and the five layers: first their third-party dependencies,
+- `grainline[jax]` and the six layers: first their third-party dependencies,
   exactly the versions of uv.lock (`uv export --package LAYER
   --no-emit-workspace --format pylock.toml`), installed by
   `uv pip install --offline` from the files `uv sync` put in uv's cache (jax and
   friends are 600 MB: no download); then the layer with pip. `grainline[jax]`
-  resolves with the registry visible, like `grainline`; the five layers install
+  resolves with the registry visible, like `grainline`; the six layers install
   with `--no-index` (see `_pip_install`).
 
 Then a script in that environment, run outside the checkout, checks that exactly
@@ -45,7 +45,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-jax", "grainline"]
+LAYERS = [
+    "grain-index",
+    "grain-sources",
+    "grain-dataset",
+    "grain-mp",
+    "grain-convert",
+    "grain-jax",
+    "grainline",
+]
 # The face is published as `grainline` (Google's Grain owns `grain` on the registry).
 FACE = "grainline"
 GOOGLE_GRAIN = "grain==0.2.18"
@@ -57,8 +65,16 @@ CLOSURE = {
     "grain-sources[arrayrecord]": {"grain-sources"},
     "grain-dataset": {"grain-index", "grain-sources", "grain-dataset"},
     "grain-mp": {"grain-index", "grain-sources", "grain-dataset", "grain-mp"},
+    "grain-convert": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-convert"},
     "grain-jax": {"grain-index", "grain-sources", "grain-dataset", "grain-jax"},
-    "grainline": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grainline"},
+    "grainline": {
+        "grain-index",
+        "grain-sources",
+        "grain-dataset",
+        "grain-mp",
+        "grain-convert",
+        "grainline",
+    },
     "grainline[jax]": set(LAYERS),
 }
 
@@ -168,6 +184,25 @@ if __name__ == "__main__":
     got = list(grain_mp.mp_prefetch(ds.to_iter_dataset(), options))
     assert sorted(got) == list(range(1, 65)), got
 """,
+    # The engine without the face: JSON lines into shards on worker processes (which
+    # import the main module, hence the guard); Ray is an extra, and its absence is named.
+    "grain-convert": """
+import json, tempfile, grain_convert, grain_sources
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(tmp + "/rows.jsonl", "w") as file:
+            file.writelines(json.dumps({"id": i}) + "\\n" for i in range(50))
+        result = grain_convert.convert(tmp + "/rows.jsonl", tmp + "/out/x", num_shards=3, workers=2)
+        with grain_sources.ArrayRecordDataSource(result.pattern) as source:
+            assert [json.loads(source[i])["id"] for i in range(len(source))] == list(range(50))
+        assert grain_convert.manifest.check(result.manifest_path) == []
+        try:
+            grain_convert.convert(tmp + "/rows.jsonl", tmp + "/ray/x", executor="ray")
+        except grain_convert.ConversionError as error:
+            assert "grain-convert[ray]" in str(error), error
+        else:
+            raise AssertionError("the ray executor ran without ray installed")
+""",
     "grain-jax": """
 import os
 import grain_dataset, grain_jax, jax, numpy as np
@@ -186,7 +221,8 @@ except ImportError:
     pass
 else:
     raise AssertionError("jax is installed with plain `grainline`")
-import grain
+import grain, grain.convert, grain_convert
+assert grain.convert.convert is grain_convert.convert
 try:
     grain.experimental.device_put
 except ImportError as error:
@@ -276,7 +312,7 @@ def _venv(tmp_path):
 def _pip_install(python, wheels, requirement, cwd, *options):
     """`pip install --find-links WHEELS REQUIREMENT`, with the registry visible.
 
-    Only the five layers may add `--no-index`: the registry has no distribution
+    Only the six layers may add `--no-index`: the registry has no distribution
     of their names (`pip index versions grain-index` ... finds none), so hiding it
     hides nothing, and a missing or wrong dependency is an install error instead
     of a download. The face, `grainline`, never does: the registry is what a

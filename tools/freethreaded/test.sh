@@ -17,9 +17,11 @@ venv=.venv-freethreaded
 # --only-binary: numpy 2.5 has no cp313t wheel, and nothing else may compile either.
 "${UV[@]}" pip install --quiet --python "$venv/bin/python" --only-binary :all: \
     -r tools/freethreaded/requirements-test.txt
-# The face requires grain-sources[arrayrecord] (array-record: no cp313t wheel); its
-# layers are installed above, so it goes in without its requirements, as the docs say.
-"${UV[@]}" pip install --quiet --python "$venv/bin/python" --no-deps -e packages/grain
+# The face and grain-convert require grain-sources[arrayrecord] (array-record: no cp313t
+# wheel); their layers are installed above, so they go in without their requirements, as
+# the docs say.
+"${UV[@]}" pip install --quiet --python "$venv/bin/python" --no-deps \
+    -e packages/grain-convert -e packages/grain
 if [ "$#" -eq 0 ]; then
     set -- -m "not slow"
 fi

@@ -11,6 +11,7 @@ import pytest
 
 from grain._cli import main
 from grain._cli_inspect import decode
+from grain.convert import convert
 from grain_sources import write_array_record
 
 
@@ -191,3 +192,21 @@ def test_bad_arguments_exit_2(capsys):
         main(["inspect", "x", "--num-records", "-1"])
     assert excinfo.value.code == 2
     assert "--num-records must be >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_a_damaged_shard_is_found_through_the_manifest_of_grain_convert(capsys, tmp_path):
+    pytest.importorskip("array_record", reason="array-record has no free-threaded wheel")
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps({"id": i}) + "\n" for i in range(2000)))
+    result = convert(tmp_path / "a.jsonl", tmp_path / "out/x", num_shards=2, workers=1)
+    code, out, _ = _inspect(capsys, result.manifest_path, "--num-records", "0")
+    assert code == 0
+    assert "counts and checksums match" in out
+    size = os.path.getsize(result.shards[1])
+    with open(result.shards[1], "r+b") as file:
+        file.seek(size // 3)
+        file.write(b"\xff" * 64)
+    code, _, err = _inspect(capsys, result.pattern, "--num-records", "0")
+    assert code == 1
+    assert f"do not match {result.manifest_path}" in err
+    assert result.shards[1] in err

@@ -387,6 +387,26 @@ EXPORTS = {
         "setup_telemetry",
         "snapshot",
     ],
+    # Ours: the conversion API, grain-convert's, named under the face.
+    "grain.convert": ["EXECUTORS", "ConversionError", "ConversionResult", "InputError", "convert"],
+    "grain_convert": [
+        "EXECUTORS",
+        "ConversionError",
+        "ConversionResult",
+        "InputError",
+        "convert",
+        "manifest",
+    ],
+    "grain_convert.extension": [
+        "FORMAT_NAMES",
+        "SMALL_RECORD",
+        "TFRECORD_SIDECAR",
+        "ProgressBar",
+        "array_record_module",
+        "check_writer_options",
+        "format_rate",
+        "overhead_note",
+    ],
     "grain.python.experimental": [
         "BOSHandling",
         "BestFitPackIterDataset",
@@ -457,6 +477,17 @@ def test_namespaces_share_one_object_per_name():
     assert grain.MapDataset is pg.MapDataset
     assert grain.transforms.Map is pg.MapTransform
     assert grain.sources.RandomAccessDataSource is pg.RandomAccessDataSource
+
+
+def test_grain_convert_is_the_engine_layer_reexported():
+    import grain.convert
+    import grain_convert
+
+    for name in grain.convert.__all__:
+        assert getattr(grain.convert, name) is getattr(grain_convert, name), name
+    # The face defines none of it: each name comes from the grain_convert package.
+    assert grain.convert.convert.__module__.startswith("grain_convert.")
+    assert issubclass(grain.convert.InputError, ValueError)
 
 
 def test_data_loader_guide_sampler_calls():

@@ -60,9 +60,11 @@ DEPENDENCIES = {
     "grain-dataset": {"grain-index", "grain-sources"},
     # cloudpickle: workers that do not fork (ArrayRecord pipelines) get lambdas too.
     "grain-mp": {"grain-dataset", "grain-index", "cloudpickle"},
+    # The conversion engine: grain-sources' readers and writer, grain-mp's worker_env.
+    "grain-convert": {"grain-sources", "grain-mp", "cloudpickle", "numpy"},
     # grain-jax sits above grain-mp but does not use it.
     "grain-jax": {"grain-dataset", "grain-index", "jax"},
-    "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp"},
+    "grain": {"grain-index", "grain-sources", "grain-dataset", "grain-mp", "grain-convert"},
 }
 LAYERS = tuple(name.replace("-", "_") for name in DEPENDENCIES)
 # The face is published as `grainline` (Google's Grain owns `grain` on the registry);
@@ -76,6 +78,8 @@ OPTIONAL_LAYERS = {
     "grain": {
         "jax": {"grain-jax"},
         "arrayrecord-pure": {"grain-sources"},
+        # `grainline[ray]` is grain-convert's `ray` extra.
+        "ray": {"grain-convert"},
     }
 }
 # Compiled dependencies without a free-threaded wheel, each behind an extra.
@@ -100,6 +104,7 @@ ALLOWED_GRAIN = {name.replace("-", "_"): _grain_closure(name) for name in DEPEND
 
 # Heavy frameworks that must not be imported just by importing a package.
 EAGER_FORBIDDEN = {
+    "grain_convert": {"ray", "pyarrow", "jax"},
     "grain_jax": {"jax", "jaxlib", "orbax"},
     "grain": {"jax", "jaxlib", "orbax", "tensorflow", "torch"},
 }

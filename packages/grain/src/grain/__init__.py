@@ -5,14 +5,15 @@ Grain is `grain` on the registry); `import grain` warns once when Google's `grai
 is installed too (grain._distribution says why it matters).
 
 Layout: the public namespace only. It re-exports the layers below it and
-defines no behaviour of its own apart from the `grain` command-line tool and
-the conversion behind `grain convert` (`grain.convert`, imported on demand;
-its `ray` executor needs the `grainline[ray]` extra):
+defines no behaviour of its own apart from the `grain` command-line tool
+(`grain.convert`, imported on demand, re-exports grain_convert; its `ray`
+executor needs the `grainline[ray]` extra):
 
   grain_index    index shuffle, seeds, sharding, samplers, mixing    (built)
   grain_sources  data sources                                         (built)
   grain_dataset  MapDataset, IterDataset, DatasetIterator             (built)
   grain_mp       worker processes (mp_prefetch), the DataLoader       (built)
+  grain_convert  ArrayRecord shards from corpora, locally or on Ray   (built)
   grain_jax      device prefetch, Orbax checkpoints, multi-host       (built)
 
 Namespaces: `grain.checkpoint`, `grain.experimental`, `grain.multiprocessing`,

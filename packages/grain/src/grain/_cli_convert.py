@@ -1,11 +1,11 @@
 """`grain convert SRC DEST`: ArrayRecord shards from JSON lines, Parquet, TFRecord, .npy or HF.
 
-The work is `grain.convert.convert`'s: a plan made from the input's metadata
-(record i of the input is index i of ``ArrayRecordDataSource("DEST@N")``),
-one idempotent task per shard on worker processes (``--executor local``) or
-on Ray (``--executor ray``), resumable (``--resume``), and a manifest written
-last. This module parses the options, prints the summary, and turns errors
-into exit statuses. Afterwards the shards are opened with
+The work is `grain_convert.convert`'s (public as `grain.convert.convert`): a
+plan made from the input's metadata (record i of the input is index i of
+``ArrayRecordDataSource("DEST@N")``), one idempotent task per shard on worker
+processes (``--executor local``) or on Ray (``--executor ray``), resumable
+(``--resume``), and a manifest written last. This module parses the options,
+prints the summary, and turns errors into exit statuses. Afterwards the shards are opened with
 `grain.sources.ArrayRecordDataSource` and their count compared with the input's.
 
 Rows of tables (Parquet, HuggingFace) are pickled dicts by default: pickle
@@ -28,10 +28,14 @@ from typing import Any
 import grain
 import grain_sources
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes, format_rate
-from grain._convert_errors import ConversionError, InputError
-from grain._convert_inputs import FORMAT_NAMES, TFRECORD_SIDECAR
-from grain._convert_options import SMALL_RECORD, check_writer_options, overhead_note
-from grain.convert import EXECUTORS, ConversionResult, convert
+from grain_convert import EXECUTORS, ConversionError, ConversionResult, InputError, convert
+from grain_convert.extension import (
+    FORMAT_NAMES,
+    SMALL_RECORD,
+    TFRECORD_SIDECAR,
+    check_writer_options,
+    overhead_note,
+)
 
 SUMMARY = (
     "write ArrayRecord shards from JSON lines, Parquet, TFRecord, .npy files or a HuggingFace "

@@ -21,9 +21,9 @@ import numpy as np
 
 import grain
 import grain_sources
-from grain import _convert_manifest
-from grain._array_record_ext import array_record_module
 from grain._cli_common import EXIT_OK, CommandError, UsageError, format_bytes
+from grain_convert import manifest as _convert_manifest
+from grain_convert.extension import array_record_module
 
 SUMMARY = "show the record counts, size, writer options and first records of ArrayRecord files"
 DESCRIPTION = """\

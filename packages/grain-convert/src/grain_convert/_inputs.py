@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grain._convert_errors import InputError
+from grain_convert._errors import InputError
 
 FORMAT_NAMES = {
     "jsonl": "JSON lines",

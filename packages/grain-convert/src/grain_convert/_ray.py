@@ -20,9 +20,10 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from grain._convert_errors import ConversionError
-from grain._convert_task import run_shard
+from grain_convert._errors import ConversionError
+from grain_convert._task import run_shard
 
+# The face's extra names this one; users of the face know its name best.
 INSTALL = "pip install 'grainline[ray]'"
 # How often the driver looks at the progress of the running shards.
 _PROGRESS_S = 0.5
@@ -42,7 +43,8 @@ def import_ray(local: bool = False) -> Any:
         import ray
     except ImportError:
         raise ConversionError(
-            f"--executor ray needs Ray, which is not installed: {INSTALL} (or pip install ray)"
+            f"--executor ray needs Ray, which is not installed: {INSTALL} "
+            "(or pip install 'grain-convert[ray]', or pip install ray)"
         ) from None
     return ray
 

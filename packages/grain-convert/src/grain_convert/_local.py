@@ -21,8 +21,8 @@ import traceback
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from grain._convert_errors import ConversionError
-from grain._convert_task import run_shard
+from grain_convert._errors import ConversionError
+from grain_convert._task import run_shard
 from grain_mp import worker_env
 
 _JOIN_TIMEOUT_S = 10.0
@@ -158,8 +158,9 @@ def _retry_or_fail(
     if not worker.ready:
         raise ConversionError(
             f"a worker process could not start (exit code {worker.exitcode}; its error is "
-            "above on stderr): a script that calls grain.convert.convert must do so under "
-            "`if __name__ == '__main__':`, as worker processes import the main module"
+            "above on stderr): a script that calls convert (grain_convert.convert or "
+            "grain.convert.convert) must do so under `if __name__ == '__main__':`, as worker "
+            "processes import the main module"
         )
     attempts[shard["index"]] += 1
     if attempts[shard["index"]] > max_retries:

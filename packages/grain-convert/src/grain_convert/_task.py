@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from grain._array_record_ext import array_record_module
-from grain._convert_errors import ConversionError
-from grain._convert_plan import write_json
-from grain._convert_read import WHERE, decode_json_line, read_piece, row_encoder
+from grain_convert._array_record import array_record_module
+from grain_convert._errors import ConversionError
+from grain_convert._plan import write_json
+from grain_convert._read import WHERE, decode_json_line, read_piece, row_encoder
 
 MARKER_SUFFIX = ".done"
 LENGTHS_SUFFIX = ".lengths.npy"

@@ -1,4 +1,4 @@
-"""grain.convert on a real local Ray cluster: exact shards, identical to the local
+"""grain_convert.convert on a real local Ray cluster: exact shards, identical to the local
 executor's, a killed Ray worker, and a cluster started with `ray start --head`.
 
 One cluster, started with ``ray start --head --num-cpus=2``, serves the module:
@@ -22,8 +22,9 @@ import time
 
 import pytest
 
-import grain
-from grain.convert import convert
+import grain_dataset
+from grain_convert import convert
+from grain_sources import ArrayRecordDataSource
 
 # Before Ray is imported, which reads it once (see RAY_ENV).
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
@@ -36,6 +37,9 @@ NUM_RECORDS = 200_000
 # the driver; the test cluster on localhost does without. The uv hook would ship
 # the work tree to the workers of a cluster on this same machine.
 RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+# The `grain` command of this environment (the face's console script) drives the runs
+# that need a driver process of their own, as a user's does.
+GRAIN = os.path.join(os.path.dirname(sys.executable), "grain")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -129,7 +133,7 @@ def _files(result):
 
 
 def _through_a_pipeline(pattern, decode):
-    dataset = grain.MapDataset.source(grain.sources.ArrayRecordDataSource(pattern)).map(decode)
+    dataset = grain_dataset.MapDataset.source(ArrayRecordDataSource(pattern)).map(decode)
     return list(dataset.to_iter_dataset())
 
 
@@ -172,7 +176,7 @@ def test_an_interrupted_ray_run_is_finished_by_resume_redoing_only_the_rest(
     (tmp_path / "prep.py").write_text(_GATED_TRANSFORM.format(threshold=131_250, flag=str(flag)))
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "grain._cli", "convert", str(root / "parquet" / "part-2.parquet"),
+        GRAIN, "convert", str(root / "parquet" / "part-2.parquet"),
         str(out / "x"), "--num-shards", "16", "--transform", f"{tmp_path / 'prep.py'}:gated",
     ]  # fmt: skip
     driver = subprocess.Popen(
@@ -234,7 +238,7 @@ def test_a_killed_ray_worker_is_retried_and_the_result_is_exact(ray_cluster, cor
 def test_a_cluster_started_with_ray_start_at_its_address(head_address, corpus, tmp_path):
     root, rows = corpus
     convert_command = [
-        sys.executable, "-m", "grain._cli", "convert", str(root / "jsonl"),
+        GRAIN, "convert", str(root / "jsonl"),
         str(tmp_path / "out/train"), "--num-shards", "16", "--executor", "ray",
         "--ray-address", head_address,
     ]  # fmt: skip
@@ -251,7 +255,7 @@ def _slow(row):
 
 @pytest.mark.timeout(300)
 def test_ray_reports_the_records_of_running_shards(ray_cluster, corpus, tmp_path, monkeypatch):
-    from grain.convert import _Events
+    from grain_convert._convert import _Events
 
     root, rows = corpus
     seen = []

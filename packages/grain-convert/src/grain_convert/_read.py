@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from grain._convert_errors import ConversionError
-from grain._convert_inputs import pyarrow_module
+from grain_convert._errors import ConversionError
+from grain_convert._inputs import pyarrow_module
 from grain_sources import ParquetReader, TFRecordReader
 
 WHERE = {

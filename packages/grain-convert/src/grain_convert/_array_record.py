@@ -1,9 +1,11 @@
 """array_record's C++ module, imported when a command needs it.
 
-array-record comes with `grainline` (grain-sources' `arrayrecord` extra); it has
-no wheel for free-threaded CPython, where `import grain` and the `grain` command must still
-work. `grain convert` (which writes ArrayRecord files) and `grain inspect` of an
-ArrayRecord file import it through here, and say what to install when it is missing.
+array-record comes with `grain-convert` and `grainline` (grain-sources'
+`arrayrecord` extra); it has no wheel for free-threaded CPython, where `import
+grain_convert`, `import grain` and the `grain` command must still work. The
+conversion's tasks (which write and check ArrayRecord files) and `grain inspect`
+of an ArrayRecord file import it through here, and say what to install when it
+is missing.
 """
 
 from __future__ import annotations

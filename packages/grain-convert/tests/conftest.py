@@ -1,4 +1,4 @@
-"""Fixtures of the grain package's tests."""
+"""Fixtures of the grain-convert package's tests."""
 
 import os
 import signal

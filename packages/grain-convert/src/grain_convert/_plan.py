@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from grain._convert_inputs import SEEK_STRIDE, InputFile, scan
-from grain._convert_options import resolve_writer_options
+from grain_convert._inputs import SEEK_STRIDE, InputFile, scan
+from grain_convert._options import resolve_writer_options
 
 PLAN_VERSION = 1
 

@@ -1,5 +1,8 @@
-"""grain.convert with the local executor: the plan, resume, a killed worker, an
-interrupted driver, every input format, lengths, and bad input."""
+"""grain_convert.convert with the local executor: the plan, resume, a killed worker,
+an interrupted driver, every input format, lengths, and bad input.
+
+The `grain convert` command (the face's) is the driver where a test needs one in a
+process of its own, as a user runs it; test_cli_convert.py tests the command itself."""
 
 import json
 import os
@@ -12,12 +15,11 @@ import sys
 import numpy as np
 import pytest
 
-import grain
-from grain import _convert_inputs
-from grain._cli import main
-from grain.convert import ConversionError, convert
-from grain_sources import write_tfrecord
+from grain_convert import ConversionError, _inputs, convert, manifest
+from grain_sources import ArrayRecordDataSource, write_tfrecord
 
+# The `grain` command of this environment (the face's console script).
+GRAIN = os.path.join(os.path.dirname(sys.executable), "grain")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 pytest.importorskip(
@@ -27,7 +29,7 @@ pytest.importorskip(
 
 
 def _read_back(pattern):
-    with grain.sources.ArrayRecordDataSource(pattern) as source:
+    with ArrayRecordDataSource(pattern) as source:
         return [source[i] for i in range(len(source))]
 
 
@@ -73,9 +75,9 @@ def test_records_keep_the_global_order_and_the_plan_covers_them_once(tmp_path):
     assert (starts[0], stops[-1]) == (0, len(rows))
     assert starts[1:] == stops[:-1]
     with open(result.manifest_path) as file:
-        manifest = json.load(file)
-    assert manifest["plan_hash"] == plan["hash"]
-    assert [shard["records"] for shard in manifest["shards"]] == [
+        written = json.load(file)
+    assert written["plan_hash"] == plan["hash"]
+    assert [shard["records"] for shard in written["shards"]] == [
         b - a for a, b in zip(starts, stops, strict=True)
     ]
     assert (result.written, result.num_records) == (7, len(rows))
@@ -164,7 +166,7 @@ def test_an_interrupted_driver_resumes_with_only_the_unfinished_shards(
     (tmp_path / "prep.py").write_text(_GATED_TRANSFORM.format(threshold=5000, flag=str(flag)))
     out = tmp_path / "out"
     command = [
-        sys.executable, "-m", "grain._cli", "convert", str(tmp_path / "in"), str(out / "x"),
+        GRAIN, "convert", str(tmp_path / "in"), str(out / "x"),
         "--num-shards", "16", "--workers", "2", "--transform", f"{tmp_path / 'prep.py'}:gated",
     ]  # fmt: skip
     driver = subprocess.Popen(
@@ -244,9 +246,9 @@ def test_tfrecord_input_and_lengths_beside_the_shards(tmp_path):
     lengths = np.concatenate([np.load(path + ".lengths.npy") for path in result.shards])
     np.testing.assert_array_equal(lengths, [len(r) for r in records])
     with open(result.manifest_path) as file:
-        manifest = json.load(file)
-    assert manifest["lengths"]["total"] == sum(len(r) for r in records)
-    assert main(["inspect", result.pattern, "--num-records", "0"]) == 0
+        written = json.load(file)
+    assert written["lengths"]["total"] == sum(len(r) for r in records)
+    assert manifest.check(result.manifest_path) == []
 
 
 def _source_warnings(caplog):
@@ -346,31 +348,29 @@ def test_a_transform_and_field_lengths_reach_the_records(tmp_path):
     back = [json.loads(r) for r in _read_back(result.pattern)]
     assert back == [{"id": r["id"], "tokens": r["text"].split()} for r in rows]
     with open(result.manifest_path) as file:
-        manifest = json.load(file)
-    assert manifest["lengths"]["of"] == "len(record['tokens'])"
-    assert manifest["lengths"]["total"] == sum(len(r["text"].split()) for r in rows)
+        written = json.load(file)
+    assert written["lengths"]["of"] == "len(record['tokens'])"
+    assert written["lengths"]["total"] == sum(len(r["text"].split()) for r in rows)
 
 
 @pytest.mark.timeout(60)
-def test_inspect_finds_a_damaged_shard_through_the_manifest(tmp_path, capsys):
+def test_the_manifest_check_finds_a_damaged_shard(tmp_path):
+    # `grain inspect` runs this check: test_cli_inspect.py has the command's side.
     _json_lines(tmp_path / "in", _rows(2000))
     result = convert(tmp_path / "in", tmp_path / "out/x", num_shards=2, workers=1)
-    assert main(["inspect", result.manifest_path, "--num-records", "0"]) == 0
-    assert "counts and checksums match" in capsys.readouterr().out
+    assert manifest.find(result.pattern) == manifest.find(result.shards[0]) == result.manifest_path
+    assert manifest.check(result.manifest_path) == []
     _damage_middle(result.shards[1])
-    assert main(["inspect", result.pattern, "--num-records", "0"]) == 1
-    err = capsys.readouterr().err
-    assert f"do not match {result.manifest_path}" in err
-    assert result.shards[1] in err
+    (problem,) = manifest.check(result.manifest_path)
+    assert result.shards[1] in problem
 
 
 @pytest.mark.timeout(60)
-def test_the_ray_executor_without_ray_says_what_to_install(tmp_path, monkeypatch, capsys):
+def test_the_ray_executor_without_ray_says_what_to_install(tmp_path, monkeypatch):
     _json_lines(tmp_path / "in", _rows(10))
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    code = main(["convert", str(tmp_path / "in"), str(tmp_path / "x"), "--executor", "ray"])
-    assert code == 1
-    assert "pip install 'grainline[ray]'" in capsys.readouterr().err
+    with pytest.raises(ConversionError, match=r"pip install 'grainline\[ray\]'.*grain-convert"):
+        convert(tmp_path / "in", tmp_path / "x", executor="ray")
 
 
 def test_bad_arguments_name_the_argument(tmp_path):
@@ -387,8 +387,8 @@ def test_bad_arguments_name_the_argument(tmp_path):
 def test_the_json_lines_scan_agrees_with_a_line_by_line_count_at_any_block_size(
     tmp_path, monkeypatch, block
 ):
-    monkeypatch.setattr(_convert_inputs, "_BLOCK", block)
-    monkeypatch.setattr(_convert_inputs, "SEEK_STRIDE", 3)
+    monkeypatch.setattr(_inputs, "_BLOCK", block)
+    monkeypatch.setattr(_inputs, "SEEK_STRIDE", 3)
     text = b'\xef\xbb\xbf{"a":1}\n\n  \n[2]\r\n"x"\n\t\n3\n\xef\xbb\xbf\n4\n5\n \n6\n7'
     path = tmp_path / "a.jsonl"
     path.write_bytes(text)
@@ -400,6 +400,6 @@ def test_the_json_lines_scan_agrees_with_a_line_by_line_count_at_any_block_size(
                 expected_seek.append([offset, count, number])
             count += 1
         offset += len(line) + 1
-    (entry,) = _convert_inputs.scan("jsonl", [str(path)])
+    (entry,) = _inputs.scan("jsonl", [str(path)])
     assert (entry.records, entry.seek) == (count, expected_seek)
     assert count == 9  # a BOM that does not open the file is text, not whitespace

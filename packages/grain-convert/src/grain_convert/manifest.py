@@ -4,6 +4,9 @@ Written last, only when every shard's marker matches the plan: the shards
 (names relative to the manifest's directory), their record counts, byte sizes
 and checksums, the plan's hash, and, when lengths were asked for, their files
 and a summary. `check` reads the shards back and recomputes all of it.
+
+Public (``grain_convert.manifest``): a job that consumes a conversion's output
+can call ``check(path)`` before it trusts the files, as ``grain inspect`` does.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from grain._convert_task import file_checksum
+from grain_convert._task import file_checksum
 
 MANIFEST_SUFFIX = ".manifest.json"
 PLAN_SUFFIX = ".plan.json"
@@ -63,6 +66,7 @@ def find(path: str) -> str | None:
 
 
 def load(path: str) -> dict[str, Any]:
+    """The manifest at `path`; ValueError when it cannot be read or is not one of ours."""
     try:
         with open(path, encoding="utf-8") as file:
             manifest = json.load(file)
@@ -74,6 +78,7 @@ def load(path: str) -> dict[str, Any]:
 
 
 def shard_paths(path: str, manifest: dict[str, Any]) -> list[str]:
+    """The shard files that `manifest`, read from `path`, lists (beside the manifest)."""
     directory = os.path.dirname(os.path.abspath(path))
     return [os.path.join(directory, shard["shard"]) for shard in manifest["shards"]]
 

@@ -1,4 +1,4 @@
-"""The exceptions of `grain.convert`: an input it cannot read, and a run that failed."""
+"""The exceptions of `convert`: an input it cannot read, and a run that failed."""
 
 from __future__ import annotations
 
