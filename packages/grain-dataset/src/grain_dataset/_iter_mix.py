@@ -23,10 +23,19 @@ since the checkpoint starts at its beginning, a removed one is dropped,
 reordered ones find their states. Both are logged on the "grain" logger. A
 state set by hand carries no hashes: its components are taken by place, as in
 Grain, and must be as many as the mixture's.
+
+Mixing by cost (``costs=``): the next element comes from the component with
+the least cost read per unit of weight (ties to the lower component), cost
+being the component's function of each element it delivered. The state adds
+``"consumed"`` (the cost read from each component) and ``"shares"`` (the
+weights scaled to sum 1). Restored under other weights or components, the
+tallies start afresh at the restored position, so the new weights hold from
+there on without one component catching up a backlog.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +47,7 @@ from grain_dataset._base import (
     register,
 )
 from grain_dataset._combine import mix_weights
+from grain_dataset._cost_mix import element_cost, iter_costs
 from grain_dataset._fingerprint import (
     component_hash,
     logger,
@@ -49,6 +59,10 @@ from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of, res
 from grain_dataset._state import check_parents_state, check_state
 from grain_dataset._worker_slice import iter_with_slice
 from grain_index import MixingSchedule
+
+
+def _names(datasets: Any) -> list[str] | None:
+    return list(datasets) if isinstance(datasets, Mapping) else None
 
 
 def _by_name(datasets: Any, weights: Any) -> tuple[Any, Any]:
@@ -89,13 +103,25 @@ class MixedIterDataset(IterStage):
         self,
         datasets: Sequence[IterDataset[Any]] | Mapping[str, IterDataset[Any]],
         weights: Sequence[float] | Mapping[str, float] | None,
+        costs: Any = None,
     ):
+        names = _names(datasets)
         datasets, weights = _by_name(datasets, weights)
         datasets = dataset_list(datasets, "datasets", "mix")
         datasets = [as_iter_dataset(ds, f"datasets[{i}]", "mix") for i, ds in enumerate(datasets)]
         super().__init__(datasets)
         self._weights = mix_weights(weights, len(datasets))
         self._schedule = MixingSchedule(self._weights)
+        # By cost: the weights as shares summing to 1, and each component's cost function.
+        self._costs = None if costs is None else iter_costs(costs, len(datasets), names)
+        self._shares: list[float] = []
+        if self._costs is not None:
+            values = [float(w) for w in self._weights]
+            if any(not (w > 0 and w < float("inf")) for w in values):
+                raise ValueError(
+                    f"`weights` of mix must be finite and > 0 to mix by cost, got {values}."
+                )
+            self._shares = [w / sum(values) for w in values]
 
     def _component_hashes(self) -> list[str]:
         hashes = self.__dict__.get("_hashes")
@@ -104,7 +130,8 @@ class MixedIterDataset(IterStage):
         return hashes
 
     def _describe(self) -> str:
-        return f"weights={self._weights}"
+        by = "" if self._costs is None else ", by cost"
+        return f"weights={self._weights}{by}"
 
 
 @iterator_of(MixedIterDataset)
@@ -115,11 +142,22 @@ class _MixedIterator(StageIterator):
         self._schedule = dataset._schedule
         self._index = 0
         self._stop = False
+        self._costs = dataset._costs
+        self._shares = dataset._shares
+        self._consumed = [0.0] * len(parents)
+
+    def _next_component(self) -> int:
+        if self._costs is None:
+            return self._schedule.lookup(self._index)[0]
+        # The component furthest behind its share: least cost read per unit of weight
+        # (ties to the lower component), so every prefix is within one element per component.
+        lags = [c / w for c, w in zip(self._consumed, self._shares, strict=True)]
+        return lags.index(min(lags))
 
     def __next__(self) -> Any:
         if self._stop:
             raise StopIteration
-        component, _ = self._schedule.lookup(self._index)
+        component = self._next_component()
         try:
             value = next(self._iterators[component])
         except StopIteration:
@@ -128,17 +166,78 @@ class _MixedIterator(StageIterator):
             self._index += 1
             self._stop = True
             raise
+        if self._costs is not None:
+            # A bad cost fails before anything is counted: the element is lost to this
+            # iterator, but the error names the function to fix.
+            self._consumed[component] += element_cost(self._costs[component], value, component)
         self._index += 1
         return value
 
     def get_state(self) -> dict[str, Any]:
-        return {
+        state = {
             "parents": [iterator.get_state() for iterator in self._iterators],
             "index": self._index,
             "stop": self._stop,
         }
+        if self._costs is not None:
+            state["consumed"] = list(self._consumed)
+            state["shares"] = list(self._shares)
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        consumed = self._restore_costs(state)
+        if isinstance(state, dict):
+            state = {k: v for k, v in state.items() if k not in ("consumed", "shares")}
+        changed = self._set_positions(state)
+        if self._costs is not None:
+            if changed and consumed is not None:
+                logger.warning(
+                    "%s: the mixture changed since the checkpoint; the cost shares are "
+                    "counted afresh from here.",
+                    repr(self._dataset),
+                )
+            self._consumed = (
+                [0.0] * len(self._iterators) if changed or consumed is None else consumed
+            )
+
+    def _restore_costs(self, state: Any) -> list[float] | None:
+        """The checkpoint's cost read per component, if it is from a mix by cost of the same shares.
+
+        None (count afresh from the restored position) where the state is a
+        record mix's or the weights changed: continuing the old tallies under
+        new weights would give the component now furthest behind a long run of
+        its own to catch up, rather than follow the new weights from here.
+        """
+        if self._costs is None or not isinstance(state, dict) or "consumed" not in state:
+            return None
+        consumed, shares = state["consumed"], state.get("shares")
+        stage = repr(self._dataset)
+        for name, value in (("consumed", consumed), ("shares", shares)):
+            if not isinstance(value, list) or not all(
+                isinstance(x, int | float)
+                and not isinstance(x, bool)
+                and math.isfinite(x)
+                and x >= 0
+                for x in value
+            ):
+                raise ValueError(
+                    f"state['{name}'] of {stage} must be a list of finite numbers >= 0, got "
+                    f"{value!r:.200}; the checkpoint is corrupt."
+                )
+        if len(consumed) != len(self._iterators) or shares != self._shares:
+            if shares != self._shares:
+                logger.warning(
+                    "%s: the weights changed since the checkpoint (%s, now %s); the cost shares "
+                    "are counted afresh from here.",
+                    stage,
+                    shares,
+                    self._shares,
+                )
+            return None
+        return [float(x) for x in consumed]
+
+    def _set_positions(self, state: dict[str, Any]) -> bool:
+        """Restores the parents and the index; True where the components changed."""
         stage = repr(self._dataset)
         checked, hashes = saved_components(self._dataset)
         if isinstance(state, dict) and "position" in state:
@@ -165,6 +264,7 @@ class _MixedIterator(StageIterator):
                     "hashes, which every fingerprint of this version has: the checkpoint was "
                     "edited or mixes versions. Restore the checkpoint as it was saved."
                 )
+        changed = False
         if hashes is None:  # set by hand, or a fingerprint-less older state: by place
             parents = check_parents_state(state, stage, len(self._iterators))
         else:
@@ -181,8 +281,10 @@ class _MixedIterator(StageIterator):
                     "the checkpoint is corrupt."
                 )
             parents = self._match_components(hashes, old)
+            changed = hashes != self._dataset._component_hashes()
         restore_all(self._iterators, parents)
         self._index, self._stop = index, stop
+        return changed
 
     def _match_components(self, saved: list[str], old: list[Any]) -> list[Any]:
         """A state for each component: its own from `old`, or its beginning's if it is new."""
