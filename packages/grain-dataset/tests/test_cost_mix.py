@@ -15,7 +15,10 @@ from grain_dataset import IterDataset, MapDataset, assert_equal_output_after_che
 def _corpus(seed, sizes=(120, 80, 60), means=(5, 15, 50)):
     """Components of {"c": component, "i": index, "n": tokens} with lognormal lengths."""
     rng = np.random.default_rng(seed)
-    lengths = [rng.lognormal(np.log(m), 0.8, n).astype(np.int64) + 1 for m, n in zip(means, sizes)]
+    lengths = [
+        rng.lognormal(np.log(m), 0.8, n).astype(np.int64) + 1
+        for m, n in zip(means, sizes, strict=True)
+    ]
     parts = [
         MapDataset.source([{"c": j, "i": i, "n": int(n)} for i, n in enumerate(lens)])
         for j, lens in enumerate(lengths)
@@ -53,7 +56,7 @@ def test_map_mix_token_shares_follow_the_weights(seed, weights):
 def test_record_weights_miss_the_token_shares_that_costs_hit():
     parts, lengths = _corpus(3)
     by_records = list(MapDataset.mix(parts, [1, 1, 1]))
-    by_tokens = [x for x in MapDataset.mix(parts, [1, 1, 1], costs=lengths).repeat(4)]
+    by_tokens = list(MapDataset.mix(parts, [1, 1, 1], costs=lengths).repeat(4))
     assert np.abs(_shares(by_records, 3) - 1 / 3).max() > 0.2
     assert np.abs(_shares(by_tokens, 3) - 1 / 3).max() < 0.03
 
@@ -177,7 +180,7 @@ def test_iter_mix_token_shares_follow_the_weights(seed, weights):
 
 
 def test_iter_mix_costs_by_name_and_per_component_functions():
-    parts, lengths = _corpus(1)
+    parts, _lengths = _corpus(1)
     named = _iter_mix(
         parts, [1, 1, 2], names=True, costs={f"d{j}": (lambda x: x["n"]) for j in range(3)}
     )
@@ -187,7 +190,7 @@ def test_iter_mix_costs_by_name_and_per_component_functions():
 
 
 def test_iter_mix_restores_at_every_step():
-    parts, lengths = _corpus(9, sizes=(20, 15, 10))
+    parts, _lengths = _corpus(9, sizes=(20, 15, 10))
     ds = IterDataset.mix(
         [p.to_iter_dataset() for p in parts], [0.5, 0.3, 0.2], costs=lambda x: x["n"]
     )
@@ -210,7 +213,7 @@ def test_iter_mix_resumes_exactly_at_random_positions(seed, position):
 
 
 def test_iter_mix_stops_when_the_component_it_needs_is_exhausted():
-    parts, lengths = _corpus(4, sizes=(5, 50, 50))
+    parts, _lengths = _corpus(4, sizes=(5, 50, 50))
     ds = IterDataset.mix([p.to_iter_dataset() for p in parts], costs=lambda x: x["n"])
     elements = list(ds)
     assert sum(x["c"] == 0 for x in elements) == 5
@@ -245,7 +248,7 @@ def test_iter_mix_record_state_restores_into_a_mix_by_cost():
     state = by_records.get_state()
     by_cost = iter(_iter_mix(parts, [1, 1, 1]))
     by_cost.set_state(state)
-    assert by_cost.get_state()["consumed"] == [0.0, 0.0, 0.0]
+    assert by_cost.get_state()["cost_per_share"] == [0.0, 0.0, 0.0]
     assert by_cost.get_state()["parents"] == state["parents"]
 
 
@@ -267,9 +270,11 @@ def test_iter_mix_bad_costs_name_the_problem(costs, error, match):
 @pytest.mark.parametrize(
     ("function", "error", "match"),
     [
-        (lambda x: 0, ValueError, r"component 0 of mix returned 0.0 .* finite and > 0"),
-        (lambda x: -3, ValueError, r"returned -3.0"),
+        (lambda x: 0, ValueError, r"component 0 of mix returned 0 .* finite and > 0"),
+        (lambda x: -3, ValueError, r"returned -3 "),
         (lambda x: "long", TypeError, r"returned str 'long'; it must return a number"),
+        (lambda x: float("nan"), ValueError, r"returned nan "),
+        (lambda x: True, ValueError, r"returned True "),
     ],
 )
 def test_iter_mix_bad_cost_values_name_the_component(function, error, match):
@@ -282,6 +287,6 @@ def test_iter_mix_corrupt_cost_state_is_refused():
     parts, _ = _corpus(0)
     it = iter(_iter_mix(parts, [1, 1, 1]))
     state = it.get_state()
-    state["consumed"] = [1.0, "x", 2.0]
-    with pytest.raises(ValueError, match=r"state\['consumed'\] .* must be a list of finite"):
+    state["cost_per_share"] = [1.0, "x", 2.0]
+    with pytest.raises(ValueError, match=r"state\['cost_per_share'\] .* must be a list of finite"):
         iter(_iter_mix(parts, [1, 1, 1])).set_state(state)

@@ -1,4 +1,4 @@
-"""CostMixingSchedule: cost shares follow the weights, nothing lost or repeated, O(1) lookups agree."""
+"""CostMixingSchedule: cost shares follow the weights, nothing lost or repeated, lookups agree."""
 
 import pickle
 
@@ -25,7 +25,10 @@ def _sequence(schedule, length):
 def _cost_of(costs, components, indices):
     """Each position's cost: record index % n of its component."""
     return np.array(
-        [costs[c][i % len(costs[c])] for c, i in zip(components.tolist(), indices.tolist())],
+        [
+            costs[c][i % len(costs[c])]
+            for c, i in zip(components.tolist(), indices.tolist(), strict=True)
+        ],
         dtype=np.float64,
     )
 

@@ -25,7 +25,10 @@ def _tokens(x):
 
 def _corpus(seed=0, sizes=(300, 200, 100), means=(5, 15, 50)):
     rng = np.random.default_rng(seed)
-    lengths = [rng.lognormal(np.log(m), 0.8, n).astype(np.int64) + 1 for m, n in zip(means, sizes)]
+    lengths = [
+        rng.lognormal(np.log(m), 0.8, n).astype(np.int64) + 1
+        for m, n in zip(means, sizes, strict=True)
+    ]
     parts = [
         MapDataset.source([{"c": j, "i": i, "n": int(n)} for i, n in enumerate(lens)])
         for j, lens in enumerate(lengths)

@@ -138,9 +138,8 @@ def iter_costs(costs: Any, count: int, names: Sequence[str] | None) -> list[Call
     return list(costs)
 
 
-def element_cost(function: Callable[[Any], Any], element: Any, component: int) -> float:
-    """`function(element)` as a float after checking it is a finite number > 0."""
-    value = function(element)
+def element_cost(value: Any, component: int) -> float:
+    """A cost function's result as a float, after checking it is a finite number > 0."""
     try:
         cost = float(value)
     except (TypeError, ValueError):
@@ -149,9 +148,9 @@ def element_cost(function: Callable[[Any], Any], element: Any, component: int) -
             f"{type(value).__name__} {value!r:.80}; it must return a number (the element's "
             "cost, e.g. its token count)."
         ) from None
-    if not math.isfinite(cost) or cost <= 0:
+    if isinstance(value, bool) or not math.isfinite(cost) or cost <= 0:
         raise ValueError(
-            f"the cost function of component {component} of mix returned {cost} for an "
+            f"the cost function of component {component} of mix returned {value!r} for an "
             "element: costs must be finite and > 0 (a record of cost 0 takes no share; "
             "filter empty records out before mixing)."
         )

@@ -27,8 +27,9 @@ Grain, and must be as many as the mixture's.
 Mixing by cost (``costs=``): the next element comes from the component with
 the least cost read per unit of weight (ties to the lower component), cost
 being the component's function of each element it delivered. The state adds
-``"consumed"`` (the cost read from each component) and ``"shares"`` (the
-weights scaled to sum 1). Restored under other weights or components, the
+``"cost_per_share"`` (the cost read from each component over its share: the
+numbers the choice compares, saved exactly) and ``"shares"`` (the weights
+scaled to sum 1). Restored under other weights or components, the
 tallies start afresh at the restored position, so the new weights hold from
 there on without one component catching up a backlog.
 """
@@ -59,6 +60,8 @@ from grain_dataset._iter_stage import IterStage, StageIterator, iterator_of, res
 from grain_dataset._state import check_parents_state, check_state
 from grain_dataset._worker_slice import iter_with_slice
 from grain_index import MixingSchedule
+
+_PLAIN_NUMBERS = (int, float)
 
 
 def _names(datasets: Any) -> list[str] | None:
@@ -144,14 +147,14 @@ class _MixedIterator(StageIterator):
         self._stop = False
         self._costs = dataset._costs
         self._shares = dataset._shares
-        self._consumed = [0.0] * len(parents)
+        self._lags = [0.0] * len(parents)  # cost read over share, per component
 
     def _next_component(self) -> int:
         if self._costs is None:
             return self._schedule.lookup(self._index)[0]
         # The component furthest behind its share: least cost read per unit of weight
         # (ties to the lower component), so every prefix is within one element per component.
-        lags = [c / w for c, w in zip(self._consumed, self._shares, strict=True)]
+        lags = self._lags
         return lags.index(min(lags))
 
     def __next__(self) -> Any:
@@ -167,9 +170,12 @@ class _MixedIterator(StageIterator):
             self._stop = True
             raise
         if self._costs is not None:
-            # A bad cost fails before anything is counted: the element is lost to this
-            # iterator, but the error names the function to fix.
-            self._consumed[component] += element_cost(self._costs[component], value, component)
+            cost = self._costs[component](value)
+            if type(cost) not in _PLAIN_NUMBERS or not 0 < cost < math.inf:
+                # Checked here, with a message naming the function; the element is lost
+                # to this iterator, as with any error in a stage.
+                cost = element_cost(cost, component)
+            self._lags[component] += cost / self._shares[component]
         self._index += 1
         return value
 
@@ -180,39 +186,38 @@ class _MixedIterator(StageIterator):
             "stop": self._stop,
         }
         if self._costs is not None:
-            state["consumed"] = list(self._consumed)
+            state["cost_per_share"] = list(self._lags)
             state["shares"] = list(self._shares)
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        consumed = self._restore_costs(state)
+        lags = self._restore_costs(state)
         if isinstance(state, dict):
-            state = {k: v for k, v in state.items() if k not in ("consumed", "shares")}
+            state = {k: v for k, v in state.items() if k not in ("cost_per_share", "shares")}
         changed = self._set_positions(state)
         if self._costs is not None:
-            if changed and consumed is not None:
+            if changed and lags is not None:
                 logger.warning(
                     "%s: the mixture changed since the checkpoint; the cost shares are "
                     "counted afresh from here.",
                     repr(self._dataset),
                 )
-            self._consumed = (
-                [0.0] * len(self._iterators) if changed or consumed is None else consumed
-            )
+            self._lags = [0.0] * len(self._iterators) if changed or lags is None else lags
 
     def _restore_costs(self, state: Any) -> list[float] | None:
-        """The checkpoint's cost read per component, if it is from a mix by cost of the same shares.
+        """The checkpoint's cost per share of each component, if it is from a mix by cost of the
+        same shares.
 
         None (count afresh from the restored position) where the state is a
         record mix's or the weights changed: continuing the old tallies under
         new weights would give the component now furthest behind a long run of
         its own to catch up, rather than follow the new weights from here.
         """
-        if self._costs is None or not isinstance(state, dict) or "consumed" not in state:
+        if self._costs is None or not isinstance(state, dict) or "cost_per_share" not in state:
             return None
-        consumed, shares = state["consumed"], state.get("shares")
+        lags, shares = state["cost_per_share"], state.get("shares")
         stage = repr(self._dataset)
-        for name, value in (("consumed", consumed), ("shares", shares)):
+        for name, value in (("cost_per_share", lags), ("shares", shares)):
             if not isinstance(value, list) or not all(
                 isinstance(x, int | float)
                 and not isinstance(x, bool)
@@ -224,7 +229,7 @@ class _MixedIterator(StageIterator):
                     f"state['{name}'] of {stage} must be a list of finite numbers >= 0, got "
                     f"{value!r:.200}; the checkpoint is corrupt."
                 )
-        if len(consumed) != len(self._iterators) or shares != self._shares:
+        if len(lags) != len(self._iterators) or shares != self._shares:
             if shares != self._shares:
                 logger.warning(
                     "%s: the weights changed since the checkpoint (%s, now %s); the cost shares "
@@ -234,7 +239,7 @@ class _MixedIterator(StageIterator):
                     self._shares,
                 )
             return None
-        return [float(x) for x in consumed]
+        return [float(x) for x in lags]
 
     def _set_positions(self, state: dict[str, Any]) -> bool:
         """Restores the parents and the index; True where the components changed."""
