@@ -133,6 +133,8 @@ class CostMixingSchedule:
         # Upper bound on records per chunk, and the average: they bound the bisection.
         self._total_size = int(self._sizes.sum())
         self._per_chunk = float((self._sizes * self._rates / self._spans).sum())
+        # The chunk tables hold a component per position: the smallest integer that fits.
+        self._component_dtype = np.min_scalar_type(len(self._sizes))
         self._epoch_length = self.chunk_start(1)
         self._init_cache()
 
@@ -230,7 +232,7 @@ class CostMixingSchedule:
             # Virtual time relative to the chunk's start keeps float precision far out.
             doubled = epochs * self._spans[j] - chunk * self._rates[j] + midpoints[offsets]
             times.append(doubled / self._weights[j])
-            components.append(np.full(len(index), j, dtype=np.int64))
+            components.append(np.full(len(index), j, dtype=self._component_dtype))
             indices.append(index)
         order = np.argsort(np.concatenate(times), kind="stable")
         table = (
@@ -272,18 +274,22 @@ class CostMixingSchedule:
         if array.size and int(array.min()) < 0:
             raise ValueError(f"`positions` must be >= 0, got {int(array.min())}.")
         flat = array.reshape(-1)
-        components = np.empty(flat.shape, dtype=np.int64)
-        indices = np.empty(flat.shape, dtype=np.int64)
-        if flat.size:
-            table = self._cached_table(int(flat.min()))
-            if table is not None and int(flat.max()) < table[1]:
-                chunks = np.zeros(flat.shape, dtype=np.int64)
-                tables = {0: table}
-            else:
-                chunks = self._chunks_of(flat)
-                tables = {}
+        if not flat.size:
+            empty = np.zeros(array.shape, dtype=np.int64)
+            return empty, empty.copy()
+        table = self._cached_table(int(flat.min()))
+        if table is not None and int(flat.max()) < table[1]:
+            # The common case (reading on in a chunk already built): two gathers.
+            start, _, table_components, table_indices = table
+            offsets = flat - start
+            components = table_components[offsets].astype(np.int64)
+            indices = table_indices[offsets]
+        else:
+            components = np.empty(flat.shape, dtype=np.int64)
+            indices = np.empty(flat.shape, dtype=np.int64)
+            chunks = self._chunks_of(flat)
             for chunk in np.unique(chunks).tolist():
-                start, _, table_components, table_indices = tables.get(chunk) or self._table(chunk)
+                start, _, table_components, table_indices = self._table(chunk)
                 where = chunks == chunk
                 offsets = flat[where] - start
                 components[where] = table_components[offsets]
