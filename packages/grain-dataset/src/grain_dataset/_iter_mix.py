@@ -24,9 +24,14 @@ reordered ones find their states. Both are logged on the "grain" logger. A
 state set by hand carries no hashes: its components are taken by place, as in
 Grain, and must be as many as the mixture's.
 
-Mixing by cost (``costs=``): the next element comes from the component with
-the least cost read per unit of weight (ties to the lower component), cost
-being the component's function of each element it delivered. The state adds
+Mixing by cost (``costs=``): each component's next element is read ahead
+and costed (the component's function of it); the next element delivered is
+the one whose cost, centred on its component's tally of cost over share,
+comes first (ties to the lower component): weighted fair queueing, as the
+MapDataset mix orders records by their known costs. The mix ends when any
+component runs out, since the choice needs every component's next cost. The
+state saves a component read ahead at the state before that element, which a
+restore reads again. The state adds
 ``"cost_per_share"`` (the cost read from each component over its share: the
 numbers the choice compares, saved exactly) and ``"shares"`` (the weights
 scaled to sum 1). Restored under other weights or components, the
@@ -148,19 +153,53 @@ class _MixedIterator(StageIterator):
         self._costs = dataset._costs
         self._shares = dataset._shares
         self._lags = [0.0] * len(parents)  # cost read over share, per component
+        # By cost, each component's next element is read ahead: (element, its cost over
+        # the share, the component's state before it), or None once it is delivered.
+        self._ahead: list[tuple[Any, float, Any] | None] = [None] * len(parents)
 
-    def _next_component(self) -> int:
-        if self._costs is None:
-            return self._schedule.lookup(self._index)[0]
-        # The component furthest behind its share: least cost read per unit of weight
-        # (ties to the lower component), so every prefix is within one element per component.
-        lags = self._lags
-        return lags.index(min(lags))
+    def _read_ahead(self, component: int) -> None:
+        iterator = self._iterators[component]
+        before = iterator.get_state()
+        value = next(iterator)
+        cost = self._costs[component](value)  # type: ignore[index]
+        if type(cost) not in _PLAIN_NUMBERS or not 0 < cost < math.inf:
+            # Checked here, with a message naming the function; the element is lost
+            # to this iterator, as with any error in a stage.
+            cost = element_cost(cost, component)
+        self._ahead[component] = (value, cost / self._shares[component], before)
+
+    def _next_by_cost(self) -> Any:
+        ahead = self._ahead
+        for component, entry in enumerate(ahead):
+            if entry is None:
+                try:
+                    self._read_ahead(component)
+                except StopIteration:
+                    # The choice needs every component's next cost: the mix ends when
+                    # any one runs out (counted, as the record mix counts its end).
+                    self._index += 1
+                    self._stop = True
+                    raise
+        # Weighted fair queueing: the element whose cost, centred on its component's
+        # tally, comes first on the clock of cost over share (ties to the lower
+        # component), so every prefix is within half an element of each share.
+        best, best_time = 0, math.inf
+        for component, lag in enumerate(self._lags):
+            time = lag + ahead[component][1] / 2  # type: ignore[index]
+            if time < best_time:
+                best, best_time = component, time
+        value, step, _ = ahead[best]  # type: ignore[misc]
+        ahead[best] = None
+        self._lags[best] += step
+        self._index += 1
+        return value
 
     def __next__(self) -> Any:
         if self._stop:
             raise StopIteration
-        component = self._next_component()
+        if self._costs is not None:
+            return self._next_by_cost()
+        component = self._schedule.lookup(self._index)[0]
         try:
             value = next(self._iterators[component])
         except StopIteration:
@@ -169,19 +208,16 @@ class _MixedIterator(StageIterator):
             self._index += 1
             self._stop = True
             raise
-        if self._costs is not None:
-            cost = self._costs[component](value)
-            if type(cost) not in _PLAIN_NUMBERS or not 0 < cost < math.inf:
-                # Checked here, with a message naming the function; the element is lost
-                # to this iterator, as with any error in a stage.
-                cost = element_cost(cost, component)
-            self._lags[component] += cost / self._shares[component]
         self._index += 1
         return value
 
     def get_state(self) -> dict[str, Any]:
+        # A component read ahead is saved before that element, which a restore reads again.
         state = {
-            "parents": [iterator.get_state() for iterator in self._iterators],
+            "parents": [
+                iterator.get_state() if entry is None else entry[2]
+                for iterator, entry in zip(self._iterators, self._ahead, strict=True)
+            ],
             "index": self._index,
             "stop": self._stop,
         }
@@ -195,6 +231,7 @@ class _MixedIterator(StageIterator):
         if isinstance(state, dict):
             state = {k: v for k, v in state.items() if k not in ("cost_per_share", "shares")}
         changed = self._set_positions(state)
+        self._ahead = [None] * len(self._iterators)
         if self._costs is not None:
             if changed and lags is not None:
                 logger.warning(
