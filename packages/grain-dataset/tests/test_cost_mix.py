@@ -179,6 +179,35 @@ def test_iter_mix_token_shares_follow_the_weights(seed, weights):
         assert np.abs(tokens - target * tokens.sum()).max() <= biggest
 
 
+def _cost_of_index(lengths):
+    return lambda x: int(lengths[x["i"]])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(1, 60), min_size=1, max_size=30), min_size=1, max_size=4),
+    st.integers(0, 1),
+)
+def test_map_and_iter_mixes_by_cost_give_the_same_order(lengths, choice):
+    # Shares that are binary fractions keep both clocks' arithmetic exact, ties included.
+    table = {
+        1: [[1], [3]],
+        2: [[1, 1], [1, 3]],
+        3: [[1, 1, 2], [4, 2, 2]],
+        4: [[1, 1, 1, 1], [1, 1, 2, 4]],
+    }
+    weights = table[len(lengths)][choice]
+    parts = [
+        MapDataset.source([{"c": j, "i": i} for i in range(len(lens))])
+        for j, lens in enumerate(lengths)
+    ]
+    by_map = list(MapDataset.mix(parts, weights, costs=lengths).repeat(3))
+    streams = [p.repeat().to_iter_dataset() for p in parts]
+    costs = [_cost_of_index(lens) for lens in lengths]
+    it = iter(IterDataset.mix(streams, weights, costs=costs))
+    assert [next(it) for _ in range(len(by_map))] == by_map
+
+
 def test_iter_mix_costs_by_name_and_per_component_functions():
     parts, _lengths = _corpus(1)
     named = _iter_mix(

@@ -319,7 +319,7 @@ class MapDataset(_Dataset, Generic[T]):
         rather than of records: one entry per dataset, an array of the costs
         (> 0) of its records by index, or the path of a ``grain convert``
         manifest written with ``--lengths``. Any window of the mixture then
-        holds each dataset's cost within about one record of its share; random
+        holds each dataset's cost within about half a record of its share; random
         access stays O(1) (docs/dataset.md, "Mixing by tokens").
 
         Example::
@@ -518,8 +518,10 @@ class IterDataset(_Dataset, Generic[T]):
         With `costs`, the weights are shares of a per-element cost (tokens):
         a function of an element returning its cost (> 0) for every dataset,
         or one function per dataset (a dict by name for a dict of datasets).
-        Each next element comes from the dataset furthest behind its share of
-        the cost read so far; the state adds one number per dataset.
+        Each dataset's next element is read ahead and costed, and the one whose
+        cost, centred on its dataset's tally, comes first is delivered; the
+        mix ends when any dataset runs out, and the state adds one number per
+        dataset.
 
         Example::
 
