@@ -229,8 +229,9 @@ class CostMixingSchedule:
         for j, midpoints in enumerate(self._midpoints):
             index = np.arange(first[j], last[j], dtype=np.int64)
             epochs, offsets = np.divmod(index, self._sizes[j])
-            # Virtual time relative to the chunk's start keeps float precision far out.
-            doubled = epochs * self._spans[j] - chunk * self._rates[j] + midpoints[offsets]
+            # Absolute virtual time, as an IterDataset mix by cost keeps its clock: the
+            # two order alike wherever the arithmetic is exact (binary-fraction shares).
+            doubled = epochs * self._spans[j] + midpoints[offsets]
             times.append(doubled / self._weights[j])
             components.append(np.full(len(index), j, dtype=self._component_dtype))
             indices.append(index)
