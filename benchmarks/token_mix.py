@@ -15,7 +15,8 @@ all windows and components (``p99_dev`` the 99th percentile of each window's
 largest). The mixes:
 
   map_tokens          MapDataset.mix(parts, weights, costs=lengths)
-  iter_tokens         IterDataset.mix(parts, weights, costs=length function)
+  iter_tokens         IterDataset.mix(parts, weights, costs=length function),
+                      which reads each component's next element ahead
   map_records         MapDataset.mix(parts, weights): today's record weights
   map_records_scaled  record weights divided by each component's mean length,
                       the best a user can do today with record weights
