@@ -119,3 +119,40 @@ def test_elastic_resize_of_a_map_mix_by_cost_delivers_each_position_once(old, ne
         delivered.extend(x for b in it for x in np.asarray(b).tolist())
         it.close()
     assert collections.Counter(delivered) == collections.Counter(ds[i] for i in range(len(ds)))
+
+
+@pytest.mark.timeout(60)
+def test_elastic_restores_a_mix_with_new_weights_at_its_position_as_the_record_mix_does():
+    # The one-to-one elastic state is Grain's {"global_next_index": n}: the new mix
+    # continues at position n, for record and cost weights alike (docs/elastic.md).
+    parts, lengths = _corpus(1, sizes=(40, 30, 20))
+    for costs in (None, lengths):
+        it = _elastic(MapDataset.mix(parts, WEIGHTS, costs=costs), 1, 0, 4)
+        next(it)
+        state = it.get_state()
+        it.close()
+        new = MapDataset.mix(parts, [0.2, 0.3, 0.5], costs=costs)
+        fresh = _elastic(new, 1, 0, 4)
+        fresh.set_state(state)
+        rest = [x for b in fresh for x in np.asarray(b["i"]).tolist()]
+        fresh.close()
+        assert rest == [new[i]["i"] for i in range(4, 4 + len(rest))]
+        assert len(rest) == (len(new) - 4) // 4 * 4
+
+
+@pytest.mark.timeout(120)
+def test_iter_mix_by_cost_restores_with_new_weights_under_workers():
+    parts, _ = _corpus()
+    old = IterDataset.mix([p.to_iter_dataset() for p in parts], WEIGHTS, costs=_tokens)
+    it = iter(old.mp_prefetch(_options(2)))
+    delivered = [next(it) for _ in range(150)]
+    state = it.get_state()
+    it.close()
+    new = IterDataset.mix([p.to_iter_dataset() for p in parts], [0.2, 0.3, 0.5], costs=_tokens)
+    fresh = iter(new.mp_prefetch(_options(2)))
+    fresh.set_state(state)
+    later = list(fresh)
+    pairs = [(x["c"], x["i"]) for x in delivered + later]
+    assert len(set(pairs)) == len(pairs)  # every component continues where it stopped
+    assert len(later) > 50
+    assert np.abs(_shares(later) - [0.2, 0.3, 0.5]).max() < 0.1
