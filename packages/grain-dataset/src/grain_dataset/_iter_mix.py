@@ -156,6 +156,8 @@ class _MixedIterator(StageIterator):
         # By cost, each component's next element is read ahead: (element, its cost over
         # the share, the component's state before it), or None once it is delivered.
         self._ahead: list[tuple[Any, float, Any] | None] = [None] * len(parents)
+        # Where each element read ahead is centred on the clock: tally + half its cost.
+        self._times = [0.0] * len(parents)
 
     def _read_ahead(self, component: int) -> None:
         iterator = self._iterators[component]
@@ -166,28 +168,28 @@ class _MixedIterator(StageIterator):
             # Checked here, with a message naming the function; the element is lost
             # to this iterator, as with any error in a stage.
             cost = element_cost(cost, component)
-        self._ahead[component] = (value, cost / self._shares[component], before)
+        step = cost / self._shares[component]
+        self._ahead[component] = (value, step, before)
+        self._times[component] = self._lags[component] + step / 2
 
     def _next_by_cost(self) -> Any:
         ahead = self._ahead
-        for component, entry in enumerate(ahead):
-            if entry is None:
-                try:
-                    self._read_ahead(component)
-                except StopIteration:
-                    # The choice needs every component's next cost: the mix ends when
-                    # any one runs out (counted, as the record mix counts its end).
-                    self._index += 1
-                    self._stop = True
-                    raise
+        if None in ahead:
+            for component, entry in enumerate(ahead):
+                if entry is None:
+                    try:
+                        self._read_ahead(component)
+                    except StopIteration:
+                        # The choice needs every component's next cost: the mix ends
+                        # when any one runs out (counted, as the record mix counts its end).
+                        self._index += 1
+                        self._stop = True
+                        raise
         # Weighted fair queueing: the element whose cost, centred on its component's
         # tally, comes first on the clock of cost over share (ties to the lower
         # component), so every prefix is within half an element of each share.
-        best, best_time = 0, math.inf
-        for component, lag in enumerate(self._lags):
-            time = lag + ahead[component][1] / 2  # type: ignore[index]
-            if time < best_time:
-                best, best_time = component, time
+        times = self._times
+        best = times.index(min(times))
         value, step, _ = ahead[best]  # type: ignore[misc]
         ahead[best] = None
         self._lags[best] += step
