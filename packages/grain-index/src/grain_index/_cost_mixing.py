@@ -101,7 +101,7 @@ class CostMixingSchedule:
     Example::
 
         schedule = CostMixingSchedule([0.5, 0.5], [[10, 10, 10], [1, 1, 1, 1, 1, 1]])
-        schedule.epoch_length()         # 8: all of component 0, 5 short records
+        schedule.epoch_length()         # 7: the 6 short records and one long one
         schedule.lookup(3)              # (component, index within component)
         components, indices = schedule.lookup_array(np.arange(100))
     """
