@@ -308,8 +308,39 @@ def test_iter_mix_bad_costs_name_the_problem(costs, error, match):
 )
 def test_iter_mix_bad_cost_values_name_the_component(function, error, match):
     parts, _ = _corpus(0)
+    it = iter(IterDataset.mix([p.to_iter_dataset() for p in parts], costs=function))
     with pytest.raises(error, match=match):
-        next(iter(IterDataset.mix([p.to_iter_dataset() for p in parts], costs=function)))
+        next(it)
+    with pytest.raises(error, match=match):  # the same element again: nothing skipped
+        next(it)
+
+
+def test_iter_mix_cost_error_skips_nothing():
+    parts, _ = _corpus(0)
+    failing = {3}
+
+    def cost(x):
+        if x["c"] == 1 and x["i"] in failing:
+            failing.clear()
+            raise RuntimeError("tokenizer hiccup")
+        return x["n"]
+
+    it = iter(IterDataset.mix([p.to_iter_dataset() for p in parts], costs=cost))
+    seen = []
+    error = None
+    while error is None:
+        try:
+            seen.append(next(it))
+        except RuntimeError as raised:
+            error = raised
+    assert "tokenizer hiccup" in str(error)
+    seen.extend(next(it) for _ in range(100))
+    reference = iter(IterDataset.mix([p.to_iter_dataset() for p in parts], costs=_n))
+    assert seen == [next(reference) for _ in range(len(seen))]
+
+
+def _n(x):
+    return x["n"]
 
 
 def test_iter_mix_corrupt_cost_state_is_refused():

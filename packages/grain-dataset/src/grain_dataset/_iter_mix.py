@@ -30,13 +30,12 @@ the one whose cost, centred on its component's tally of cost over share,
 comes first (ties to the lower component): weighted fair queueing, as the
 MapDataset mix orders records by their known costs. The mix ends when any
 component runs out, since the choice needs every component's next cost. The
-state saves a component read ahead at the state before that element, which a
-restore reads again. The state adds
-``"cost_per_share"`` (the cost read from each component over its share: the
-numbers the choice compares, saved exactly) and ``"shares"`` (the weights
-scaled to sum 1). Restored under other weights or components, the
-tallies start afresh at the restored position, so the new weights hold from
-there on without one component catching up a backlog.
+state saves a component read ahead at its state before that element, which a
+restore reads again, and adds ``"cost_per_share"`` (the cost read from each
+component over its share: the numbers the choice compares, saved exactly) and
+``"shares"`` (the weights scaled to sum 1). Restored under other weights or
+components, the tallies start afresh at the restored position, so the new
+weights hold from there on without one component catching up a backlog.
 """
 
 from __future__ import annotations
@@ -163,11 +162,15 @@ class _MixedIterator(StageIterator):
         iterator = self._iterators[component]
         before = iterator.get_state()
         value = next(iterator)
-        cost = self._costs[component](value)  # type: ignore[index]
-        if type(cost) not in _PLAIN_NUMBERS or not 0 < cost < math.inf:
-            # Checked here, with a message naming the function; the element is lost
-            # to this iterator, as with any error in a stage.
-            cost = element_cost(cost, component)
+        try:
+            cost = self._costs[component](value)  # type: ignore[index]
+            if type(cost) not in _PLAIN_NUMBERS or not 0 < cost < math.inf:
+                cost = element_cost(cost, component)  # the slow check, with the message
+        except Exception:
+            # As the record mix does on an error: the next call asks for the same
+            # element again (and meets the same error), nothing is skipped.
+            iterator.set_state(before)
+            raise
         step = cost / self._shares[component]
         self._ahead[component] = (value, step, before)
         self._times[component] = self._lags[component] + step / 2
