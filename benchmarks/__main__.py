@@ -110,6 +110,10 @@ SIZES["user_source"] = {
     "full": ["--size", "60000", "--repeats", "5"],
     "quick": ["--size", "5000", "--repeats", "1"],
 }
+SIZES["token_mix"] = {
+    "full": ["--tokens", "100000000", "--repeats", "5"],
+    "quick": ["--tokens", "5000000", "--repeats", "1"],
+}
 FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = (
@@ -193,6 +197,9 @@ TARGETS: dict[str, Target] = {
     ),
     "latency_memory/ar_pipeline_t0@raw_bulk": Target(
         "ratio", ">=", 0.8, ">= 0.8x raw bulk read", "speed issue (3)"
+    ),
+    "token_mix/*_tokens_window_1e6@*": Target(
+        "ours", "<=", 0.5, "<= 0.5 % deviation", "LLM data issue (33 section 1)"
     ),
     "convert/*@single": Target(
         "ratio", ">=", 1.7, ">= 1.7x single process", "cluster conversion issue (22)"
@@ -1188,6 +1195,48 @@ def bench_user_source(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_token_mix(ctx: Context) -> list[Row]:
+    lines, _ = ctx.run("token_mix", ctx.sizes("token_mix"))
+    rows = []
+    records = {
+        (line["corpus"], line["window"]): line
+        for line in lines
+        if line["kind"] == "share" and line["mix"] == "map_records"
+    }
+    for line in lines:
+        if line["kind"] == "share" and line["mix"] != "map_records":
+            peer = records[(line["corpus"], line["window"])]
+            window = f"1e{len(str(line['window'])) - 1}"
+            rows.append(
+                Row(
+                    "token_mix",
+                    f"{line['corpus']}_{line['mix']}_window_{window}",
+                    "% max deviation",
+                    100 * line["max_dev"],
+                    "map_records",
+                    "record weights (same run)",
+                    100 * peer["max_dev"],
+                    higher_is_better=False,
+                    note=f"largest document {100 * line['largest_doc_share']:.2f} % of a window",
+                )
+            )
+        elif line["kind"] == "throughput":
+            rows.append(
+                Row(
+                    "token_mix",
+                    f"throughput_{line['case']}",
+                    "elements/s",
+                    line["elements_per_s"],
+                    line["reference"],
+                    "the record-weighted mix (same run)",
+                    line["reference_elements_per_s"],
+                    ratio=line["ratio"],
+                    note=f"first element {line['build_s']} s, {line['peak_mb']} MB",
+                )
+            )
+    return rows
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -1204,6 +1253,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "freethreaded": bench_freethreaded,
     "jpeg": bench_jpeg,
     "user_source": bench_user_source,
+    "token_mix": bench_token_mix,
 }
 
 PEERS = {
@@ -1222,6 +1272,7 @@ PEERS = {
     "freethreaded": "1 worker thread, the pipeline alone, worker processes",
     "jpeg": f"0 threads, {UPSTREAM}",
     "user_source": f"numpy loop, {UPSTREAM}",
+    "token_mix": "record-weighted mix",
 }
 
 

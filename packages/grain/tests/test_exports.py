@@ -162,6 +162,7 @@ EXPORTS = {
     ],
     "grain_index": [
         "DEFAULT_ROUNDS",
+        "CostMixingSchedule",
         "IndexSampler",
         "MAX_PERIOD",
         "MAX_RECORDS",

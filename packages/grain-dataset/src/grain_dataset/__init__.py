@@ -13,6 +13,7 @@ this package attaches them all:
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
   _packing, _concat_split                                       packing for sequence models
+  _cost_mix                                                     mix(costs=...): by tokens
   _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
   _conformance                                                  the checkpoint contract check

@@ -302,7 +302,12 @@ class MapDataset(_Dataset, Generic[T]):
         return _build("concatenate", datasets)
 
     @staticmethod
-    def mix(datasets: Sequence[MapDataset[T]], weights: Sequence[float] | None = None) -> Any:
+    def mix(
+        datasets: Sequence[MapDataset[T]],
+        weights: Sequence[float] | None = None,
+        *,
+        costs: Sequence[Any] | None = None,
+    ) -> Any:
         """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
 
         An epoch ends when the component that runs out first (for its weight) is
@@ -310,12 +315,23 @@ class MapDataset(_Dataset, Generic[T]):
         that length (an index, ``.repeat()``), each component continues where it
         stopped, so the records the first epoch left out are read next.
 
+        With `costs`, the weights are shares of a per-record cost (tokens)
+        rather than of records: one entry per dataset, an array of the costs
+        (> 0) of its records by index, or the path of a ``grain convert``
+        manifest written with ``--lengths``. Any window of the mixture then
+        holds each dataset's cost within about half a record of its share; random
+        access stays O(1) (docs/dataset.md, "Mixing by tokens").
+
         Example::
 
             list(MapDataset.mix([MapDataset.range(5), MapDataset.range(7, 10)]))
             # [0, 7, 1, 8, 2, 9]
+            docs = [MapDataset.source(short_docs), MapDataset.source(long_docs)]
+            MapDataset.mix(docs, [0.5, 0.5], costs=[short_lengths, long_lengths])
         """
-        return _build("map_mix", datasets, weights)
+        if costs is None:
+            return _build("map_mix", datasets, weights)
+        return _build("map_mix", datasets, weights, costs)
 
     @staticmethod
     def select_from_datasets(
@@ -490,6 +506,8 @@ class IterDataset(_Dataset, Generic[T]):
     def mix(
         datasets: Sequence[IterDataset[T]] | Mapping[str, IterDataset[T]],
         weights: Sequence[float] | Mapping[str, float] | None = None,
+        *,
+        costs: Any = None,
     ) -> Any:
         """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
 
@@ -497,13 +515,24 @@ class IterDataset(_Dataset, Generic[T]):
         may be a dict of name to dataset, with `weights` a dict of the same
         names (the components are taken in the dict's order).
 
+        With `costs`, the weights are shares of a per-element cost (tokens):
+        a function of an element returning its cost (> 0) for every dataset,
+        or one function per dataset (a dict by name for a dict of datasets).
+        Each dataset's next element is read ahead and costed, and the one whose
+        cost, centred on its dataset's tally, comes first is delivered; the
+        mix ends when any dataset runs out, and the state adds one number per
+        dataset.
+
         Example::
 
             ds1 = MapDataset.range(5).to_iter_dataset()
             ds2 = MapDataset.range(7, 10).to_iter_dataset()
             list(IterDataset.mix([ds1, ds2]))  # [0, 7, 1, 8, 2, 9, 3]
+            IterDataset.mix([a, b], [0.7, 0.3], costs=lambda x: len(x["tokens"]))
         """
-        return _build("iter_mix", datasets, weights)
+        if costs is None:
+            return _build("iter_mix", datasets, weights)
+        return _build("iter_mix", datasets, weights, costs)
 
     @abc.abstractmethod
     def __iter__(self) -> DatasetIterator[T]:

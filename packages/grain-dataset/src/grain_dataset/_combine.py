@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._base import INFINITE, MapDataset, dataset_list, register
+from grain_dataset._cost_mix import costs_digest, map_costs
 from grain_dataset._fingerprint import token
 from grain_dataset._gather import interleave
 from grain_dataset._stage import MapStage, epochs_of, fits_int64, is_infinite
-from grain_index import MixingSchedule, checks
+from grain_index import CostMixingSchedule, MixingSchedule, checks
 
 
 def _check_datasets(datasets: Any, what: str, allow_empty: bool = False) -> list[MapDataset[Any]]:
@@ -162,15 +163,27 @@ class MixedMapDataset(MapStage):
     """The components interleaved in proportion to their weights."""
 
     def _fingerprint_token(self) -> str | None:
+        if self._costs_digest is not None:
+            return token("mix", self._weights, f"costs={self._costs_digest}")
         return token("mix", self._weights)
 
-    def __init__(self, datasets: Sequence[MapDataset[Any]], weights: Sequence[float] | None):
+    def __init__(
+        self,
+        datasets: Sequence[MapDataset[Any]],
+        weights: Sequence[float] | None,
+        costs: Sequence[Any] | None = None,
+    ):
         datasets = _check_datasets(datasets, "mix")
         super().__init__(datasets)
         weights = mix_weights(weights, len(datasets))
-        self._schedule = MixingSchedule(weights)
         self._datasets = datasets
         self._lengths = [len(dataset) for dataset in datasets]
+        self._costs_digest: str | None = None
+        self._schedule: MixingSchedule | CostMixingSchedule
+        if costs is None:
+            self._schedule = MixingSchedule(weights)
+        else:
+            self._schedule = self._cost_schedule(weights, costs)
         empty = [i for i, length in enumerate(self._lengths) if length == 0]
         if empty:
             listed = ", ".join(f"index {i} ({datasets[i]!r})" for i in empty)
@@ -181,8 +194,25 @@ class MixedMapDataset(MapStage):
                 "ends when any dataset runs out, so it would have no element. Leave empty "
                 "datasets out of the mix."
             )
-        self._length = self._schedule.epoch_length(self._lengths)
+        if isinstance(self._schedule, MixingSchedule):
+            self._length = self._schedule.epoch_length(self._lengths)
+        else:
+            self._length = self._schedule.epoch_length()
         self._weights = weights
+
+    def _cost_schedule(self, weights: list[Any], costs: Any) -> CostMixingSchedule:
+        infinite = [i for i, length in enumerate(self._lengths) if is_infinite(length)]
+        if infinite:
+            raise ValueError(
+                f"`datasets[{infinite[0]}]` of mix is infinite, and a mix by `costs` needs "
+                "one cost per record of each dataset. Mix the finite datasets and repeat "
+                "the mix (MapDataset.mix(...).repeat()); each dataset continues into its "
+                "next epoch past the mix's first anyway."
+            )
+        arrays = map_costs(costs, self._lengths)
+        schedule = CostMixingSchedule(weights, arrays)
+        self._costs_digest = costs_digest(arrays)
+        return schedule
 
     def __len__(self) -> int:
         return self._length
@@ -205,7 +235,8 @@ class MixedMapDataset(MapStage):
         return _gather_stacked(self._datasets, components, within)
 
     def _describe(self) -> str:
-        return f"weights={self._weights}, lengths={self._lengths}"
+        by = "" if self._costs_digest is None else ", by cost"
+        return f"weights={self._weights}, lengths={self._lengths}{by}"
 
 
 @register("select_from_datasets")

@@ -9,10 +9,12 @@ on integer positions, decided before any record is read:
   _sharding  ShardOptions, NoSharding and the split of n records over shards
   _sampler   RecordMetadata, IndexSampler, SequentialSampler
   _mixing    the weighted mixing schedule with O(1) lookups
+  _cost_mixing  mixing by per-record cost (tokens): CostMixingSchedule
   _window    the window shuffle: a keyed permutation within each window
   checks     the argument checks, public for the packages built on this one
 """
 
+from grain_index._cost_mixing import CostMixingSchedule as CostMixingSchedule
 from grain_index._mixing import MAX_PERIOD as MAX_PERIOD
 from grain_index._mixing import MixingSchedule as MixingSchedule
 from grain_index._mixing import integer_weights as integer_weights
@@ -40,6 +42,7 @@ __all__ = [
     "DEFAULT_ROUNDS",
     "MAX_PERIOD",
     "MAX_RECORDS",
+    "CostMixingSchedule",
     "IndexSampler",
     "MixingSchedule",
     "NoSharding",
