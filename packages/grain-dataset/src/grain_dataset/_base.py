@@ -27,6 +27,7 @@ import numpy as np
 
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
+from grain_dataset._contract import IteratorTraits, MapTraits, StageTraits
 from grain_dataset._guard import NextHook, closed_error, guard, hook_methods, unguard
 from grain_dataset._next_index import no_next_index
 from grain_dataset._options import DatasetOptions
@@ -98,8 +99,10 @@ def _missing_attribute(obj: Any, name: str) -> AttributeError:
     return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
-class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' methods
+class _Dataset(StageTraits, abc.ABC):
     """What MapDataset and IterDataset share: parents, seeds and `pipe`.
+
+    The traits other modules read off a stage are declared in grain_dataset._contract.
 
     Subclasses read ``self._parents`` (a tuple), ``self._parent`` (the one
     parent; AssertionError with none or several) and ``self._default_seed``,
@@ -138,23 +141,6 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
     @property
     def parents(self) -> Sequence[Any]:
         """The datasets this one reads from."""
-        return self._parents
-
-    def _fingerprint_token(self) -> str | None:
-        """This stage's part of a state's pipeline fingerprint (see grain_dataset._fingerprint).
-
-        The name and the parameters that decide which element a position
-        denotes; None for a stage that changes elements but not positions.
-        The default, the class name, suits a stage whose parameters do not
-        move positions; a parentless MapDataset (a source) adds its length.
-        """
-        name = type(self).__name__
-        if isinstance(self, MapDataset) and not self._parents:
-            return _fingerprint.token(name, f"len={len(self)}")
-        return name
-
-    def _fingerprint_parents(self) -> Sequence[Any]:
-        """The parents whose fingerprints are part of this stage's."""
         return self._parents
 
     @property
@@ -244,7 +230,7 @@ def check_index(index: Any, length: int) -> int:
     return index
 
 
-class MapDataset(_Dataset, Generic[T]):
+class MapDataset(_Dataset, MapTraits, Generic[T]):
     """A dataset with efficient random access, like an infinite, lazy `Sequence`.
 
     Transformations return new datasets; a MapDataset is never modified.
@@ -353,13 +339,10 @@ class MapDataset(_Dataset, Generic[T]):
         """
         return [self._getitem(index) for index in indices.tolist()]
 
-    def _gatherable(self) -> bool:
-        """Whether `_gather` reads many records already stacked (grain_dataset._gather)."""
-        return False
-
-    def _gather(self, indices: np.ndarray) -> Any:
-        """The records at `indices` stacked along a new first axis, or NotImplemented."""
-        return NotImplemented
+    def _fingerprint_token(self) -> str | None:
+        # A source (no parents) adds its length: another length moves every position.
+        name = type(self).__name__
+        return name if self._parents else _fingerprint.token(name, f"len={len(self)}")
 
     def __iter__(self) -> DatasetIterator[T]:
         return iter(self.to_iter_dataset())
@@ -631,7 +614,7 @@ class _IteratorContext:
         return MultiprocessingContext(process_index=index, process_count=count)
 
 
-class DatasetIterator(Iterator[T], abc.ABC):
+class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
     """The iterator of an IterDataset, with a state that can be saved and restored.
 
     The contract, for every iterator:

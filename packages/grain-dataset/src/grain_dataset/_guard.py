@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from grain_dataset import _fingerprint
+from grain_dataset._contract import IteratorTraits
 from grain_dataset._tracebacks import filter_frames
 
 # On an entry `hook_methods` made: the class it was made for.
@@ -209,15 +210,15 @@ def interrupt(iterator: Any) -> None:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        hook = getattr(type(node), "_interrupt", None)
+        if not isinstance(node, IteratorTraits):
+            continue
         more: Iterable[Any] | None = None
-        if hook is not None:
-            try:
-                more = hook(node)
-            except Exception:  # one stage failing to stop must not keep the others running
-                more = None
+        try:
+            more = node._interrupt()
+        except Exception:  # one stage failing to stop must not keep the others running
+            more = None
         pending.extend(more or ())
-        pending.extend(getattr(node, "__dict__", {}).get("_parents", ()))
+        pending.extend(node.__dict__.get("_parents", ()))
 
 
 def add_lock(iterator: Any) -> None:
@@ -225,14 +226,11 @@ def add_lock(iterator: Any) -> None:
     iterator.__dict__["_call_lock"] = threading.RLock()
 
 
-def closed_error(iterator: Any) -> ValueError:
+def closed_error(iterator: IteratorTraits) -> ValueError:
     """The error of `next()` on a closed `iterator`."""
-    made_by = getattr(iterator, "_MADE_BY", "iter(dataset)")
-    # Grain's wording, which clients match: its thread prefetch says it its own way.
-    if type(iterator).__name__ == "ThreadPrefetchDatasetIterator":
-        grain = "Attempting to use a closed iterator."
-    else:
-        grain = f"Trying to advance a closed iterator: '{iterator!r}'."
+    made_by = iterator._MADE_BY
+    # Grain's wording, which clients match (`_closed_wording`).
+    grain = iterator._closed_wording or f"Trying to advance a closed iterator: '{iterator!r}'."
     return ValueError(
         f"{grain} next() on a closed iterator ({type(iterator).__name__}): close() stopped its "
         f"threads and workers for good. Create a new one with {made_by} (and "

@@ -40,13 +40,9 @@ from collections.abc import Awaitable, Coroutine, Generator
 from typing import Any
 
 from grain_dataset import _fingerprint
+from grain_dataset._contract import IteratorTraits, StageTraits
 
 _FILE_PATTERN = re.compile(r"process_(\d+)-of-(\d+)\.json")
-
-# An iterator class with this attribute true (ElasticIterator) restores on another
-# process count from the list of all old processes' states: when this process's file is
-# missing, `read_state_into` passes it that list.
-ALL_SHARDS = "_restores_from_all_shards"
 
 FORMAT_KEY = "grain_py_state_format"
 FORMAT_VERSION = 1
@@ -167,21 +163,6 @@ def text_to_state(text: str, owner: Any, path: Any) -> Any:
     return state
 
 
-# Stages whose element order (or random values) differ from Grain's for the same seed
-# and arguments; a pipeline with none of them orders its elements as Grain does. Named
-# by class, as the stages of other packages are too (no import of them here).
-_ORDER_DIFFERS = (
-    "Shuffle",
-    "Random",
-    "Mix",
-    "Select",
-    "Interleave",
-    "Pack",
-    "ConcatThenSplit",
-    "Sampler",
-)
-
-
 def _same_order_as_grain(owner: Any) -> bool:
     """Whether `owner`'s pipeline yields Grain's elements in Grain's order at every state."""
     dataset = getattr(owner, "__dict__", {}).get(_fingerprint._DATASET)
@@ -194,10 +175,10 @@ def _same_order_as_grain(owner: Any) -> bool:
         if id(stage) in seen:
             continue
         seen.add(id(stage))
-        name = type(stage).__name__
-        if any(part in name for part in _ORDER_DIFFERS):
-            return False
-        pending.extend(stage.__dict__.get("_parents", ()))
+        if isinstance(stage, StageTraits):
+            if not stage._order_as_grain:
+                return False
+            pending.extend(stage._parents)
     return True
 
 
@@ -240,8 +221,8 @@ def _all_process_states(directory: Any, owner: Any) -> tuple[Any, list[Any]]:
     """(the directory, the states of all processes that saved it, in process order).
 
     For iterators that restore on another process count from all old shards'
-    states (`ALL_SHARDS`): the checkpoint must hold the files of one process
-    count, all of them.
+    states (`IteratorTraits._restores_from_all_shards`): the checkpoint must hold
+    the files of one process count, all of them.
     """
     directory = as_path(directory)
     counts = sorted(_saved_process_counts(directory))
@@ -279,7 +260,8 @@ def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any
     file and what did not fit.
     """
     if (
-        getattr(owner, ALL_SHARDS, False)
+        isinstance(owner, IteratorTraits)
+        and owner._restores_from_all_shards
         and not (as_path(directory) / state_file_name(*process)).exists()
     ):
         path, state = _all_process_states(directory, owner)
