@@ -8,9 +8,11 @@ checks for each class that
 - its traits hold values of the declared kinds and agree with each other
   (a position kind comes with its position-wise work, an index-mapping stage
   maps indices, ...);
-- the checkpoint-conformance helper has run over it (the table below builds a
-  pipeline that contains it, and the test looks the class up in the built
-  pipeline and its iterators before running the helper);
+- the checkpoint-conformance helper runs over it: a `CONFORMANCE` table (the
+  one below, or one in the stage's own test module, which this test collects
+  from every packages/*/tests/test_*.py) builds a pipeline that contains it;
+  the test looks the class up in the built pipeline and its iterators, and
+  runs the helper over every pipeline of every table;
 - if it is public (named in grain_dataset.stages, the one list of public
   stages), it is exported by grain_dataset and grain.experimental;
 
@@ -21,6 +23,7 @@ or __dict__ with the trait's name): callers read the declared attribute.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pathlib
 import pkgutil
 import re
@@ -361,6 +364,26 @@ CONFORMANCE: dict[str, tuple[Callable[[], Any], list[int] | None]] = {
 }
 
 
+def _tables() -> dict[str, tuple[Callable[[], Any], list[int] | None]]:
+    """This module's CONFORMANCE and those of the stages' own test modules."""
+    tables = {f"stage_contract/{name}": entry for name, entry in CONFORMANCE.items()}
+    for path in sorted(_ROOT.glob("packages/*/tests/test_*.py")):
+        if path == pathlib.Path(__file__).resolve() or "\nCONFORMANCE" not in path.read_text():
+            continue
+        name = f"_conformance_of_{path.parent.parent.name}_{path.stem}".replace("-", "_")
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for key, entry in module.CONFORMANCE.items():
+            tables[f"{path.stem}/{key}"] = entry
+    return tables
+
+
+TABLES = _tables()
+
+
 def _graph(root: Any) -> Iterator[Any]:
     """`root` and the datasets and iterators it holds, each once."""
     seen: set[int] = set()
@@ -413,7 +436,7 @@ ELSEWHERE = {
 
 def test_the_conformance_table_covers_every_stage_class():
     covered: set[type] = set()
-    for build, _ in CONFORMANCE.values():
+    for build, _ in TABLES.values():
         ds = build()
         covered.update(type(node) for node in _graph(ds))
         with iter(ds) as it:
@@ -431,7 +454,7 @@ def test_the_conformance_table_covers_every_stage_class():
     assert set(ELSEWHERE) <= {cls.__qualname__ for cls in STAGES}
 
 
-@pytest.mark.parametrize("name", sorted(CONFORMANCE))
+@pytest.mark.parametrize("name", sorted(TABLES))
 def test_every_state_restores_exactly(name):
-    build, steps = CONFORMANCE[name]
+    build, steps = TABLES[name]
     grain_dataset.assert_equal_output_after_checkpoint(build(), steps=steps)
