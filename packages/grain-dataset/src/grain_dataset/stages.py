@@ -20,6 +20,7 @@ from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterData
 from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
 from grain_dataset._repeat import RepeatIterDataset as RepeatIterDataset
+from grain_dataset._skip import SkipIterDataset as SkipIterDataset
 from grain_dataset._thread_prefetch import (
     ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "ParquetIterDataset",
     "RebatchIterDataset",
     "RepeatIterDataset",
+    "SkipIterDataset",
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
