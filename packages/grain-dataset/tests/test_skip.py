@@ -1,7 +1,7 @@
 """SkipIterDataset: the elements after the first `count`, with exact restores.
 
 `CONFORMANCE` is this stage's entry in the checkpoint-conformance run of
-packages/grain/tests/test_stage_contract.py (which collects the tables of all
+packages/grain-dataset/tests/test_stage_contract.py (which collects the tables of all
 stages' test modules); the tests here run the helper over it too.
 """
 

@@ -176,6 +176,8 @@ EXPORTS = {
         "seed",
     ],
     "grain_dataset.extension": [
+        "Checkpointable",
+        "Directory",
         "IterStageTraits",
         "IteratorTraits",
         "MapTraits",
@@ -384,7 +386,7 @@ EXPORTS = {
 
 
 # The public stage classes: registered once, in grain_dataset.stages (whose names
-# tests/test_stage_contract.py checks), and exported by these three namespaces.
+# grain-dataset tests/test_stage_contract.py checks), and exported by these three namespaces.
 for _namespace in ("grain_dataset", "grain.experimental", "grain.python.experimental"):
     EXPORTS[_namespace] = EXPORTS[_namespace] + list(grain_dataset.stages.__all__)
 

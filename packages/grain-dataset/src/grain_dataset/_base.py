@@ -20,7 +20,7 @@ from __future__ import annotations
 import abc
 import builtins
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
@@ -43,7 +43,15 @@ from grain_index import checks, derive_seed
 
 if TYPE_CHECKING:
     from grain_dataset._options import ReadOptions
-    from grain_dataset._transforms import DatasetSelectionMap
+    from grain_dataset._stats import PipelineStats
+    from grain_dataset._transforms import (
+        DatasetSelectionMap,
+        FilterTransform,
+        MapTransform,
+        MapWithIndex,
+        RandomMapTransform,
+        Transformation,
+    )
     from grain_dataset._worker_slice import WorkerSlice
 
 T = TypeVar("T")
@@ -115,7 +123,7 @@ class _Dataset(StageTraits, abc.ABC):
         _parent = OneParent()
     _stats: NoStats = NO_STATS
 
-    def __init__(self, parents: Any = ()):
+    def __init__(self, parents: _Dataset | Iterable[_Dataset] = ()):
         self._parents = _as_parents(parents)
         for parent in self._parents:
             if not isinstance(parent, _Dataset):
@@ -139,7 +147,7 @@ class _Dataset(StageTraits, abc.ABC):
         raise _missing_attribute(self, name)
 
     @property
-    def parents(self) -> Sequence[Any]:
+    def parents(self) -> Sequence[MapDataset[Any] | IterDataset[Any]]:
         """The datasets this one reads from."""
         return self._parents
 
@@ -349,15 +357,20 @@ class MapDataset(_Dataset, MapTraits, Generic[T]):
 
     # -- transformations -------------------------------------------------------------
 
-    def map(self, transform: Any) -> MapDataset[Any]:
+    def map(self, transform: MapTransform | Callable[[T], Any]) -> MapDataset[Any]:
         """Returns a dataset of ``transform(element)`` (a MapTransform or a callable)."""
         return _build("map", self, transform)
 
-    def map_with_index(self, transform: Any) -> MapDataset[Any]:
+    def map_with_index(self, transform: MapWithIndex | Callable[[int, T], Any]) -> MapDataset[Any]:
         """Returns a dataset of ``transform(index, element)``."""
         return _build("map_with_index", self, transform)
 
-    def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]:
+    def random_map(
+        self,
+        transform: RandomMapTransform | Callable[[T, np.random.Generator], Any],
+        *,
+        seed: int | None = None,
+    ) -> MapDataset[Any]:
         """Returns a dataset of ``transform(element, rng)``.
 
         `rng` is a `np.random.Generator` seeded from the stage's seed and the
@@ -367,7 +380,7 @@ class MapDataset(_Dataset, MapTraits, Generic[T]):
         """
         return _build("random_map", self, transform, seed)
 
-    def filter(self, transform: Any) -> MapDataset[T]:
+    def filter(self, transform: FilterTransform | Callable[[T], bool]) -> MapDataset[T]:
         """Returns a dataset where elements failing `transform` read as None.
 
         Iterating skips the None positions.
@@ -416,7 +429,7 @@ class MapDataset(_Dataset, MapTraits, Generic[T]):
         """
         return _build("repeat", self, num_epochs, reseed_each_epoch)
 
-    def apply(self, transformations: Any) -> MapDataset[Any]:
+    def apply(self, transformations: Transformation | Sequence[Transformation]) -> MapDataset[Any]:
         """Returns this dataset with Grain transform objects applied, in order.
 
         `transformations` is one transform or a sequence of them; the kind of
@@ -492,15 +505,20 @@ class IterDataset(_Dataset, Generic[T]):
     def __iter__(self) -> DatasetIterator[T]:
         """Returns a new iterator at the start of this dataset."""
 
-    def map(self, transform: Any) -> IterDataset[Any]:
+    def map(self, transform: MapTransform | Callable[[T], Any]) -> IterDataset[Any]:
         """Returns a dataset of ``transform(element)`` (a MapTransform or a callable)."""
         return _build("iter_map", self, transform)
 
-    def map_with_index(self, transform: Any) -> IterDataset[Any]:
+    def map_with_index(self, transform: MapWithIndex | Callable[[int, T], Any]) -> IterDataset[Any]:
         """Returns a dataset of ``transform(index, element)``, index counting from 0."""
         return _build("iter_map_with_index", self, transform)
 
-    def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset[Any]:
+    def random_map(
+        self,
+        transform: RandomMapTransform | Callable[[T, np.random.Generator], Any],
+        *,
+        seed: int | None = None,
+    ) -> IterDataset[Any]:
         """Returns a dataset of ``transform(element, rng)``.
 
         `rng` is seeded from the stage seed and the element's position in this
@@ -508,7 +526,7 @@ class IterDataset(_Dataset, Generic[T]):
         """
         return _build("iter_random_map", self, transform, seed)
 
-    def filter(self, transform: Any) -> IterDataset[T]:
+    def filter(self, transform: FilterTransform | Callable[[T], bool]) -> IterDataset[T]:
         """Returns a dataset of the elements for which `transform` is true."""
         return _build("iter_filter", self, transform)
 
@@ -526,7 +544,7 @@ class IterDataset(_Dataset, Generic[T]):
         """Returns this dataset with `seed` as the seed of every later random stage."""
         return _build("iter_seed", self, seed)
 
-    def apply(self, transformations: Any) -> IterDataset[Any]:
+    def apply(self, transformations: Transformation | Sequence[Transformation]) -> IterDataset[Any]:
         """Returns this dataset with Grain transform objects applied, in order.
 
         `transformations` is one transform or a sequence of them; the kind of
@@ -672,7 +690,7 @@ class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
         super().__init_subclass__(**kwargs)
         hook_methods(cls)
 
-    def __init__(self, parents: Any = ()):
+    def __init__(self, parents: DatasetIterator[Any] | Iterable[DatasetIterator[Any]] = ()):
         self._parents = _as_parents(parents)
         self._ctx = _IteratorContext(worker_slice=creating_slice())
         for parent in self._parents:
@@ -718,7 +736,9 @@ class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
         `grain.experimental.set_next_index`. The default raises NotImplementedError."""
         raise no_next_index(self)
 
-    def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+    def save(
+        self, directory: _state_file.Directory | _state_file.AwaitingCreation
+    ) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that saves the iterator state into `directory`.
 
         The current state (`get_state`) is used for saving: it is taken when
@@ -736,7 +756,7 @@ class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
         """
         return _state_file.save_coroutine(self, directory)
 
-    def load(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+    def load(self, directory: _state_file.Directory) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that loads the iterator state from `directory` and sets it.
 
         The state may be loaded and set in a background thread (Orbax does so).
@@ -744,7 +764,7 @@ class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
         """
         return _state_file.load_coroutine(self, directory)
 
-    def stats(self) -> Any:
+    def stats(self) -> PipelineStats:
         """The per-stage statistics recorded so far (a `PipelineStats`; `str()` is a table).
 
         Recording is on when the pipeline has ``DatasetOptions(execution_tracking_mode=

@@ -19,7 +19,7 @@ declared here, and a new question means a new trait here.
 
 The bases inherit these classes (`_Dataset`, `MapDataset`, `IterStage`,
 `DatasetIterator`), so a stage written on them has every trait with its
-default. tests/test_contract.py enumerates every stage class of the workspace
+default. tests/test_stage_contract.py enumerates every stage class of the workspace
 and checks the declarations against the rules written here.
 """
 

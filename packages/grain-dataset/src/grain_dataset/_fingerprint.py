@@ -60,7 +60,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from grain_dataset._contract import StageTraits
+    from grain_dataset._contract import IteratorTraits, StageTraits
 
 KEY = "grain_fingerprint"
 _SEPARATOR = " > "
@@ -151,7 +151,7 @@ def tokens(dataset: Any) -> list[str]:
     return cached
 
 
-def fingerprint(dataset: Any) -> str:
+def fingerprint(dataset: StageTraits) -> str:
     """The fingerprint text of `dataset` (see the module docstring; cached on the dataset)."""
     text = dataset.__dict__.get(_TEXT)
     if text is None:
@@ -168,7 +168,7 @@ def component_hash(dataset: Any) -> str:
     return _hash(_SEPARATOR.join(tokens(dataset)))
 
 
-def remember_dataset(iterator: Any, dataset: Any, *, stamp: bool = True) -> None:
+def remember_dataset(iterator: IteratorTraits, dataset: StageTraits, *, stamp: bool = True) -> None:
     """Records the dataset `iterator` reads, for the fingerprint of its checkpoints.
 
     With `stamp` (the default, for iterators of other packages that keep the

@@ -65,7 +65,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from grain_dataset import _fingerprint
 from grain_dataset._contract import IteratorTraits
@@ -127,7 +127,10 @@ def _closed_next(self: Any, method: Next) -> Any:
     raise closed_error(self)
 
 
-def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def serialized(method: Method) -> Method:
     """`method` holding the iterator's lock, ``self._call_lock`` (an RLock; `add_lock`).
 
     Another thread waits until the call returns; a nested call from the same
@@ -147,7 +150,7 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
             filter_frames(error)
             raise
 
-    return call
+    return cast(Method, call)
 
 
 def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -198,7 +201,7 @@ def _close_around(self: Any, lock: Any, close: Callable[[Any], Any], deadline: f
     threading.Thread(target=finish, name="grain-close", daemon=True).start()
 
 
-def interrupt(iterator: Any) -> None:
+def interrupt(iterator: IteratorTraits) -> None:
     """Calls ``_interrupt()`` of `iterator` and of every iterator it reads from.
 
     Safe while another thread is inside `iterator`: see the module docstring.
@@ -221,7 +224,7 @@ def interrupt(iterator: Any) -> None:
         pending.extend(node.__dict__.get("_parents", ()))
 
 
-def add_lock(iterator: Any) -> None:
+def add_lock(iterator: IteratorTraits) -> None:
     """Gives `iterator` the lock its `serialized` methods take."""
     iterator.__dict__["_call_lock"] = threading.RLock()
 

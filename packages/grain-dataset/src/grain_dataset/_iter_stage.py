@@ -119,7 +119,7 @@ class Anchor:
         self.state = copy.deepcopy(state)
 
 
-def check_below(state: dict[str, Any], field: str, bound: int, stage: Any, what: str) -> int:
+def check_below(state: dict[str, Any], field: str, bound: int, stage: object, what: str) -> int:
     """`state[field]` after checking it is below `bound`, the stage's argument `what`."""
     value = state[field]
     if value >= bound:

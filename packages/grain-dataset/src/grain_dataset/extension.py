@@ -64,7 +64,9 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                there).
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
-               Orbax-shaped save_coroutine / load_coroutine. An iterator class
+               Orbax-shaped save_coroutine / load_coroutine, for any
+               Checkpointable (get_state/set_state) and a Directory (a path or
+               a path object of another library, epath's). An iterator class
                with ``_restores_from_all_shards = True`` (IteratorTraits) is given
                the list of all old processes' states when its own file is
                missing. grain-jax's
@@ -108,6 +110,8 @@ from grain_dataset._positional import positional_split as positional_split
 from grain_dataset._stage import MapStage as MapStage
 from grain_dataset._state import check_parents_state as check_parents_state
 from grain_dataset._state import check_state as check_state
+from grain_dataset._state_file import Checkpointable as Checkpointable
+from grain_dataset._state_file import Directory as Directory
 from grain_dataset._state_file import load_coroutine as load_coroutine
 from grain_dataset._state_file import read_state_into as read_state_into
 from grain_dataset._state_file import save_coroutine as save_coroutine
@@ -122,6 +126,8 @@ __all__ = [
     "INFINITE",
     "POLL_S",
     "Anchor",
+    "Checkpointable",
+    "Directory",
     "IterStage",
     "IterStageTraits",
     "IteratorTraits",
