@@ -14,8 +14,9 @@ stage shows here first. Cases:
                  map_with_index, filter(all pass), map
   map_maps_5     5 MapDataset maps, read by to_iter_dataset(0 threads)
 
-Each line: the median of `repeats` full passes, elements/s and ns per element,
-and the median latency of the first element of a fresh iterator (µs). Compare
+Each line: the median of `repeats` full passes, elements/s and ns per element (wall and CPU),
+the median latency of the first element of a fresh iterator (µs), and the
+process's peak resident memory. Compare
 two trees by running this script under each, interleaved (``--label`` names
 the tree in the output); the repository's A/B numbers are in the report of the
 change that asked for them.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -78,9 +80,13 @@ CASES: dict[str, Callable[[int], grain.IterDataset]] = {
 }
 
 
-def _one_pass(ds: grain.IterDataset) -> tuple[float, float, int]:
-    """(seconds for the whole pass, seconds to the first element, elements)."""
-    start = time.perf_counter()
+def _one_pass(ds: grain.IterDataset) -> tuple[float, float, float, int]:
+    """(seconds for the whole pass, its CPU seconds, seconds to the first element, elements).
+
+    CPU seconds (this thread's; no stage here starts a thread) are what a shared,
+    loaded machine disturbs least: waiting for a core does not count.
+    """
+    start, cpu_start = time.perf_counter(), time.thread_time()
     count = 0
     with iter(ds) as it:
         next(it)
@@ -88,17 +94,18 @@ def _one_pass(ds: grain.IterDataset) -> tuple[float, float, int]:
         count = 1
         for _ in it:
             count += 1
-    return time.perf_counter() - start, first, count
+    return time.perf_counter() - start, time.thread_time() - cpu_start, first, count
 
 
 def measure(name: str, size: int, repeats: int, label: str) -> dict[str, Any]:
     build = CASES[name]
     _one_pass(build(min(size, 1000)))  # warm-up: imports, first-call caches
-    totals, firsts = [], []
+    totals, cpus, firsts = [], [], []
     count = 0
     for _ in range(repeats):
-        total, first, count = _one_pass(build(size))
+        total, cpu, first, count = _one_pass(build(size))
         totals.append(total)
+        cpus.append(cpu)
         firsts.append(first)
     seconds = statistics.median(totals)
     return {
@@ -109,7 +116,11 @@ def measure(name: str, size: int, repeats: int, label: str) -> dict[str, Any]:
         "repeats": repeats,
         "elements_per_s": round(count / seconds),
         "ns_per_element": round(seconds / count * 1e9, 1),
+        "cpu_ns_per_element": round(statistics.median(cpus) / count * 1e9, 1),
         "first_element_us": round(statistics.median(firsts) * 1e6, 1),
+        # The process's peak so far (Linux: KiB): the pipeline keeps no more than a
+        # read-ahead chunk, so this is mostly the interpreter and its imports.
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     }
 
 

@@ -17,6 +17,11 @@ declared here, and a new question means a new trait here.
     IteratorTraits      every DatasetIterator, and any iterator the guard wraps
                         (interrupt, statistics, checkpoint files, closed wording)
 
+Sources are not stages: what a pipeline asks a user's source is declared on
+the source's class and read by grain_sources (``batched_reads = True``: it may
+be read with ``__getitems__``) or grain_mp (``_grain_fork_unsafe = True``: its
+reader does not survive fork, as grain_sources.ArrayRecordDataSource declares).
+
 The bases inherit these classes (`_Dataset`, `MapDataset`, `IterStage`,
 `DatasetIterator`), so a stage written on them has every trait with its
 default. tests/test_stage_contract.py enumerates every stage class of the workspace
