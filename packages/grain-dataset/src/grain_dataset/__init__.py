@@ -36,14 +36,12 @@ from grain_dataset import (  # noqa: F401 - each registers its transformations w
     _source,
 )
 from grain_dataset import monitoring as monitoring
+from grain_dataset import stages as stages
 from grain_dataset._apply import apply_transformations as apply_transformations
 from grain_dataset._base import DatasetIterator as DatasetIterator
 from grain_dataset._base import IterDataset as IterDataset
 from grain_dataset._base import MapDataset as MapDataset
-from grain_dataset._cache import CachedMapDataset as CachedMapDataset
-from grain_dataset._cache_iter import CacheIterDataset as CacheIterDataset
 from grain_dataset._concat_split import BOSHandling as BOSHandling
-from grain_dataset._concat_split import ConcatThenSplitIterDataset as ConcatThenSplitIterDataset
 from grain_dataset._config import Config as Config
 from grain_dataset._config import config as config
 from grain_dataset._conformance import (
@@ -52,34 +50,20 @@ from grain_dataset._conformance import (
 from grain_dataset._element_spec import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset._element_spec import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
 from grain_dataset._element_spec import get_element_spec as get_element_spec
-from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
-from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset._fingerprint import UnverifiedStateWarning as UnverifiedStateWarning
 from grain_dataset._fingerprint import force_restore as force_restore
 from grain_dataset._fingerprint import unstamped as unstamped
 from grain_dataset._fingerprint import without_fingerprint as without_fingerprint
-from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
-from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
-from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
-from grain_dataset._limit import LimitIterDataset as LimitIterDataset
 from grain_dataset._next_index import get_next_index as get_next_index
 from grain_dataset._next_index import set_next_index as set_next_index
 from grain_dataset._options import DatasetOptions as DatasetOptions
 from grain_dataset._options import ExecutionTrackingMode as ExecutionTrackingMode
 from grain_dataset._options import ReadOptions as ReadOptions
-from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterDataset
-from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._pad import batch_and_pad as batch_and_pad
-from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
-from grain_dataset._repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._rng import RngPool as RngPool
 from grain_dataset._stats import PipelineStats as PipelineStats
 from grain_dataset._stats import StageStats as StageStats
 from grain_dataset._stats import track as track_stats
-from grain_dataset._thread_prefetch import (
-    ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
-)
-from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
 from grain_dataset._transforms import Batch as Batch
 from grain_dataset._transforms import DatasetSelectionMap as DatasetSelectionMap
 from grain_dataset._transforms import FilterTransform as FilterTransform
@@ -94,58 +78,34 @@ from grain_dataset._transforms import (
     UnsupportedTransformationError as UnsupportedTransformationError,
 )
 from grain_dataset._tree import stack as stack
-from grain_dataset._window_shuffle import WindowShuffleIterDataset as WindowShuffleIterDataset
-from grain_dataset._window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
-from grain_dataset._with_options import WithOptionsIterDataset as WithOptionsIterDataset
-from grain_dataset._zip import ZipIterDataset as ZipIterDataset
-from grain_dataset._zip import ZipMapDataset as ZipMapDataset
+from grain_dataset.stages import *  # noqa: F403 - the public stages, listed there
 
 __all__ = [
     "BOSHandling",
     "Batch",
-    "BestFitPackIterDataset",
-    "CacheIterDataset",
-    "CachedMapDataset",
-    "ConcatThenSplitIterDataset",
     "Config",
     "DatasetIterator",
     "DatasetOptions",
     "DatasetSelectionMap",
     "ExecutionTrackingMode",
     "FilterTransform",
-    "FirstFitPackIterDataset",
-    "FlatMapIterDataset",
-    "FlatMapMapDataset",
     "FlatMapTransform",
-    "InterleaveIterDataset",
     "IterDataset",
-    "LimitIterDataset",
     "MapDataset",
     "MapTransform",
     "MapWithIndex",
-    "ParquetIterDataset",
     "PipelineStats",
     "RandomMapTransform",
     "ReadOptions",
-    "RebatchIterDataset",
-    "RepeatIterDataset",
     "RngPool",
     "ShapeDtypeStruct",
     "ShapeDtypeStructProtocol",
     "StageStats",
-    "TFRecordIterDataset",
     "TfRandomMap",
-    "ThreadPrefetchDatasetIterator",
-    "ThreadPrefetchIterDataset",
     "Transformation",
     "Transformations",
     "UnsupportedTransformationError",
     "UnverifiedStateWarning",
-    "WindowShuffleIterDataset",
-    "WindowShuffleMapDataset",
-    "WithOptionsIterDataset",
-    "ZipIterDataset",
-    "ZipMapDataset",
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
@@ -160,3 +120,5 @@ __all__ = [
     "unstamped",
     "without_fingerprint",
 ]
+# The public stage classes, one list for this package and `grain.experimental`.
+__all__ += stages.__all__

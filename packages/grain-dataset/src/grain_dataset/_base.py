@@ -20,13 +20,14 @@ from __future__ import annotations
 import abc
 import builtins
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 
 from grain_dataset import _fingerprint, _state_file
 from grain_dataset._config import debug_mode
+from grain_dataset._contract import IteratorTraits, MapTraits, StageTraits
 from grain_dataset._guard import NextHook, closed_error, guard, hook_methods, unguard
 from grain_dataset._next_index import no_next_index
 from grain_dataset._options import DatasetOptions
@@ -42,7 +43,15 @@ from grain_index import checks, derive_seed
 
 if TYPE_CHECKING:
     from grain_dataset._options import ReadOptions
-    from grain_dataset._transforms import DatasetSelectionMap
+    from grain_dataset._stats import PipelineStats
+    from grain_dataset._transforms import (
+        DatasetSelectionMap,
+        FilterTransform,
+        MapTransform,
+        MapWithIndex,
+        RandomMapTransform,
+        Transformation,
+    )
     from grain_dataset._worker_slice import WorkerSlice
 
 T = TypeVar("T")
@@ -98,8 +107,10 @@ def _missing_attribute(obj: Any, name: str) -> AttributeError:
     return AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")
 
 
-class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' methods
+class _Dataset(StageTraits, abc.ABC):
     """What MapDataset and IterDataset share: parents, seeds and `pipe`.
+
+    The traits other modules read off a stage are declared in grain_dataset._contract.
 
     Subclasses read ``self._parents`` (a tuple), ``self._parent`` (the one
     parent; AssertionError with none or several) and ``self._default_seed``,
@@ -112,7 +123,7 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         _parent = OneParent()
     _stats: NoStats = NO_STATS
 
-    def __init__(self, parents: Any = ()):
+    def __init__(self, parents: _Dataset | Iterable[_Dataset] = ()):
         self._parents = _as_parents(parents)
         for parent in self._parents:
             if not isinstance(parent, _Dataset):
@@ -136,25 +147,8 @@ class _Dataset(abc.ABC):  # noqa: B024 - abstract through its subclasses' method
         raise _missing_attribute(self, name)
 
     @property
-    def parents(self) -> Sequence[Any]:
+    def parents(self) -> Sequence[MapDataset[Any] | IterDataset[Any]]:
         """The datasets this one reads from."""
-        return self._parents
-
-    def _fingerprint_token(self) -> str | None:
-        """This stage's part of a state's pipeline fingerprint (see grain_dataset._fingerprint).
-
-        The name and the parameters that decide which element a position
-        denotes; None for a stage that changes elements but not positions.
-        The default, the class name, suits a stage whose parameters do not
-        move positions; a parentless MapDataset (a source) adds its length.
-        """
-        name = type(self).__name__
-        if isinstance(self, MapDataset) and not self._parents:
-            return _fingerprint.token(name, f"len={len(self)}")
-        return name
-
-    def _fingerprint_parents(self) -> Sequence[Any]:
-        """The parents whose fingerprints are part of this stage's."""
         return self._parents
 
     @property
@@ -244,7 +238,7 @@ def check_index(index: Any, length: int) -> int:
     return index
 
 
-class MapDataset(_Dataset, Generic[T]):
+class MapDataset(_Dataset, MapTraits, Generic[T]):
     """A dataset with efficient random access, like an infinite, lazy `Sequence`.
 
     Transformations return new datasets; a MapDataset is never modified.
@@ -369,28 +363,30 @@ class MapDataset(_Dataset, Generic[T]):
         """
         return [self._getitem(index) for index in indices.tolist()]
 
-    def _gatherable(self) -> bool:
-        """Whether `_gather` reads many records already stacked (grain_dataset._gather)."""
-        return False
-
-    def _gather(self, indices: np.ndarray) -> Any:
-        """The records at `indices` stacked along a new first axis, or NotImplemented."""
-        return NotImplemented
+    def _fingerprint_token(self) -> str | None:
+        # A source (no parents) adds its length: another length moves every position.
+        name = type(self).__name__
+        return name if self._parents else _fingerprint.token(name, f"len={len(self)}")
 
     def __iter__(self) -> DatasetIterator[T]:
         return iter(self.to_iter_dataset())
 
     # -- transformations -------------------------------------------------------------
 
-    def map(self, transform: Any) -> MapDataset[Any]:
+    def map(self, transform: MapTransform | Callable[[T], Any]) -> MapDataset[Any]:
         """Returns a dataset of ``transform(element)`` (a MapTransform or a callable)."""
         return _build("map", self, transform)
 
-    def map_with_index(self, transform: Any) -> MapDataset[Any]:
+    def map_with_index(self, transform: MapWithIndex | Callable[[int, T], Any]) -> MapDataset[Any]:
         """Returns a dataset of ``transform(index, element)``."""
         return _build("map_with_index", self, transform)
 
-    def random_map(self, transform: Any, *, seed: int | None = None) -> MapDataset[Any]:
+    def random_map(
+        self,
+        transform: RandomMapTransform | Callable[[T, np.random.Generator], Any],
+        *,
+        seed: int | None = None,
+    ) -> MapDataset[Any]:
         """Returns a dataset of ``transform(element, rng)``.
 
         `rng` is a `np.random.Generator` seeded from the stage's seed and the
@@ -400,7 +396,7 @@ class MapDataset(_Dataset, Generic[T]):
         """
         return _build("random_map", self, transform, seed)
 
-    def filter(self, transform: Any) -> MapDataset[T]:
+    def filter(self, transform: FilterTransform | Callable[[T], bool]) -> MapDataset[T]:
         """Returns a dataset where elements failing `transform` read as None.
 
         Iterating skips the None positions.
@@ -449,7 +445,7 @@ class MapDataset(_Dataset, Generic[T]):
         """
         return _build("repeat", self, num_epochs, reseed_each_epoch)
 
-    def apply(self, transformations: Any) -> MapDataset[Any]:
+    def apply(self, transformations: Transformation | Sequence[Transformation]) -> MapDataset[Any]:
         """Returns this dataset with Grain transform objects applied, in order.
 
         `transformations` is one transform or a sequence of them; the kind of
@@ -538,15 +534,20 @@ class IterDataset(_Dataset, Generic[T]):
     def __iter__(self) -> DatasetIterator[T]:
         """Returns a new iterator at the start of this dataset."""
 
-    def map(self, transform: Any) -> IterDataset[Any]:
+    def map(self, transform: MapTransform | Callable[[T], Any]) -> IterDataset[Any]:
         """Returns a dataset of ``transform(element)`` (a MapTransform or a callable)."""
         return _build("iter_map", self, transform)
 
-    def map_with_index(self, transform: Any) -> IterDataset[Any]:
+    def map_with_index(self, transform: MapWithIndex | Callable[[int, T], Any]) -> IterDataset[Any]:
         """Returns a dataset of ``transform(index, element)``, index counting from 0."""
         return _build("iter_map_with_index", self, transform)
 
-    def random_map(self, transform: Any, *, seed: int | None = None) -> IterDataset[Any]:
+    def random_map(
+        self,
+        transform: RandomMapTransform | Callable[[T, np.random.Generator], Any],
+        *,
+        seed: int | None = None,
+    ) -> IterDataset[Any]:
         """Returns a dataset of ``transform(element, rng)``.
 
         `rng` is seeded from the stage seed and the element's position in this
@@ -554,7 +555,7 @@ class IterDataset(_Dataset, Generic[T]):
         """
         return _build("iter_random_map", self, transform, seed)
 
-    def filter(self, transform: Any) -> IterDataset[T]:
+    def filter(self, transform: FilterTransform | Callable[[T], bool]) -> IterDataset[T]:
         """Returns a dataset of the elements for which `transform` is true."""
         return _build("iter_filter", self, transform)
 
@@ -572,7 +573,7 @@ class IterDataset(_Dataset, Generic[T]):
         """Returns this dataset with `seed` as the seed of every later random stage."""
         return _build("iter_seed", self, seed)
 
-    def apply(self, transformations: Any) -> IterDataset[Any]:
+    def apply(self, transformations: Transformation | Sequence[Transformation]) -> IterDataset[Any]:
         """Returns this dataset with Grain transform objects applied, in order.
 
         `transformations` is one transform or a sequence of them; the kind of
@@ -660,7 +661,7 @@ class _IteratorContext:
         return MultiprocessingContext(process_index=index, process_count=count)
 
 
-class DatasetIterator(Iterator[T], abc.ABC):
+class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
     """The iterator of an IterDataset, with a state that can be saved and restored.
 
     The contract, for every iterator:
@@ -718,7 +719,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
         super().__init_subclass__(**kwargs)
         hook_methods(cls)
 
-    def __init__(self, parents: Any = ()):
+    def __init__(self, parents: DatasetIterator[Any] | Iterable[DatasetIterator[Any]] = ()):
         self._parents = _as_parents(parents)
         self._ctx = _IteratorContext(worker_slice=creating_slice())
         for parent in self._parents:
@@ -764,7 +765,9 @@ class DatasetIterator(Iterator[T], abc.ABC):
         `grain.experimental.set_next_index`. The default raises NotImplementedError."""
         raise no_next_index(self)
 
-    def save(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+    def save(
+        self, directory: _state_file.Directory | _state_file.AwaitingCreation
+    ) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that saves the iterator state into `directory`.
 
         The current state (`get_state`) is used for saving: it is taken when
@@ -782,7 +785,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
         """
         return _state_file.save_coroutine(self, directory)
 
-    def load(self, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+    def load(self, directory: _state_file.Directory) -> Coroutine[Any, Any, Awaitable[None]]:
         """Returns a coroutine that loads the iterator state from `directory` and sets it.
 
         The state may be loaded and set in a background thread (Orbax does so).
@@ -790,7 +793,7 @@ class DatasetIterator(Iterator[T], abc.ABC):
         """
         return _state_file.load_coroutine(self, directory)
 
-    def stats(self) -> Any:
+    def stats(self) -> PipelineStats:
         """The per-stage statistics recorded so far (a `PipelineStats`; `str()` is a table).
 
         Recording is on when the pipeline has ``DatasetOptions(execution_tracking_mode=

@@ -49,7 +49,7 @@ def _refuse_after_discarding(parent: MapDataset[Any]) -> None:
     position is empty, so they are refused, as Grain does.
     """
     for ds in upstream(parent, within=MapDataset):
-        stage = getattr(type(ds), "discards_elements", None)
+        stage = ds.discards_elements
         if stage is not None:
             raise ValueError(
                 f"`MapDataset.batch` can not follow {stage} because `filter` can discard "
@@ -175,6 +175,8 @@ class BatchMapDataset(MapStage):
 @register("iter_batch")
 class BatchIterDataset(IterStage):
     """Batches of `batch_size` consecutive elements of the parent."""
+
+    _positional_chain = True
 
     def _fingerprint_token(self) -> str | None:
         return None  # its state is the parent's between batches: any size resumes there

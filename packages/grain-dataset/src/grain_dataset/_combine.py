@@ -162,6 +162,8 @@ class ConcatenateMapDataset(MapStage):
 class MixedMapDataset(MapStage):
     """The components interleaved in proportion to their weights."""
 
+    _order_as_grain = False  # its selection math is not Grain's
+
     def _fingerprint_token(self) -> str | None:
         if self._costs_digest is not None:
             return token("mix", self._weights, f"costs={self._costs_digest}")
@@ -242,6 +244,8 @@ class MixedMapDataset(MapStage):
 @register("select_from_datasets")
 class SelectionMapDataset(MapStage):
     """The elements a DatasetSelectionMap picks; every epoch repeats its choices."""
+
+    _order_as_grain = False  # a user's selection map
 
     def _fingerprint_token(self) -> str | None:
         return token("select", type(self._selection_map).__name__, f"len={self._length}")

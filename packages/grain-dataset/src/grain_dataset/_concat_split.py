@@ -109,6 +109,9 @@ class ConcatThenSplitIterDataset(IterStage):
         # [([0, 1, 2, 0, 1], [0, 1, 2, 0, 1]), ([2, 3, 0, 0, 0], [0, 1, 0, 0, 0])]
     """
 
+    _positional_chain = True
+    _order_as_grain = False
+
     def _fingerprint_token(self) -> str | None:
         return token(
             "concat_then_split", self._layout.lengths, self._bos_handling.name, self._split_full

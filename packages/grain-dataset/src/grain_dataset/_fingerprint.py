@@ -57,7 +57,10 @@ import hashlib
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grain_dataset._contract import IteratorTraits, StageTraits
 
 KEY = "grain_fingerprint"
 _SEPARATOR = " > "
@@ -123,17 +126,13 @@ def _tokens_and_stages(dataset: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _children(stage: Any) -> tuple[Any, ...]:
-    method = getattr(type(stage), "_fingerprint_parents", None)
-    if method is None:
-        return tuple(stage.__dict__.get("_parents", ()))
-    return tuple(method(stage))
+def _children(stage: StageTraits) -> tuple[Any, ...]:
+    return tuple(stage._fingerprint_parents())
 
 
-def _stage_token(stage: Any, arity: int) -> str | None:
-    method = getattr(type(stage), "_fingerprint_token", None)
+def _stage_token(stage: StageTraits, arity: int) -> str | None:
     try:
-        text = method(stage) if method is not None else type(stage).__name__
+        text = stage._fingerprint_token()
     except Exception:  # a user's stage must not break checkpointing
         text = type(stage).__name__
     if text is None:
@@ -152,7 +151,7 @@ def tokens(dataset: Any) -> list[str]:
     return cached
 
 
-def fingerprint(dataset: Any) -> str:
+def fingerprint(dataset: StageTraits) -> str:
     """The fingerprint text of `dataset` (see the module docstring; cached on the dataset)."""
     text = dataset.__dict__.get(_TEXT)
     if text is None:
@@ -169,7 +168,7 @@ def component_hash(dataset: Any) -> str:
     return _hash(_SEPARATOR.join(tokens(dataset)))
 
 
-def remember_dataset(iterator: Any, dataset: Any, *, stamp: bool = True) -> None:
+def remember_dataset(iterator: IteratorTraits, dataset: StageTraits, *, stamp: bool = True) -> None:
     """Records the dataset `iterator` reads, for the fingerprint of its checkpoints.
 
     With `stamp` (the default, for iterators of other packages that keep the

@@ -172,6 +172,8 @@ class FlatMapIterDataset(IterStage):
         list(ds)  # ['a', 'b', 'c']
     """
 
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return "flat_map"
 

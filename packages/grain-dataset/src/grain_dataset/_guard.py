@@ -65,9 +65,10 @@ import threading
 import time
 import types
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from grain_dataset import _fingerprint
+from grain_dataset._contract import IteratorTraits
 from grain_dataset._tracebacks import filter_frames
 
 # On an entry `hook_methods` made: the class it was made for.
@@ -126,7 +127,10 @@ def _closed_next(self: Any, method: Next) -> Any:
     raise closed_error(self)
 
 
-def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
+Method = TypeVar("Method", bound=Callable[..., Any])
+
+
+def serialized(method: Method) -> Method:
     """`method` holding the iterator's lock, ``self._call_lock`` (an RLock; `add_lock`).
 
     Another thread waits until the call returns; a nested call from the same
@@ -146,7 +150,7 @@ def serialized(method: Callable[..., Any]) -> Callable[..., Any]:
             filter_frames(error)
             raise
 
-    return call
+    return cast(Method, call)
 
 
 def _locked(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -197,7 +201,7 @@ def _close_around(self: Any, lock: Any, close: Callable[[Any], Any], deadline: f
     threading.Thread(target=finish, name="grain-close", daemon=True).start()
 
 
-def interrupt(iterator: Any) -> None:
+def interrupt(iterator: IteratorTraits) -> None:
     """Calls ``_interrupt()`` of `iterator` and of every iterator it reads from.
 
     Safe while another thread is inside `iterator`: see the module docstring.
@@ -209,30 +213,27 @@ def interrupt(iterator: Any) -> None:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        hook = getattr(type(node), "_interrupt", None)
+        if not isinstance(node, IteratorTraits):
+            continue
         more: Iterable[Any] | None = None
-        if hook is not None:
-            try:
-                more = hook(node)
-            except Exception:  # one stage failing to stop must not keep the others running
-                more = None
+        try:
+            more = node._interrupt()
+        except Exception:  # one stage failing to stop must not keep the others running
+            more = None
         pending.extend(more or ())
-        pending.extend(getattr(node, "__dict__", {}).get("_parents", ()))
+        pending.extend(node.__dict__.get("_parents", ()))
 
 
-def add_lock(iterator: Any) -> None:
+def add_lock(iterator: IteratorTraits) -> None:
     """Gives `iterator` the lock its `serialized` methods take."""
     iterator.__dict__["_call_lock"] = threading.RLock()
 
 
-def closed_error(iterator: Any) -> ValueError:
+def closed_error(iterator: IteratorTraits) -> ValueError:
     """The error of `next()` on a closed `iterator`."""
-    made_by = getattr(iterator, "_MADE_BY", "iter(dataset)")
-    # Grain's wording, which clients match: its thread prefetch says it its own way.
-    if type(iterator).__name__ == "ThreadPrefetchDatasetIterator":
-        grain = "Attempting to use a closed iterator."
-    else:
-        grain = f"Trying to advance a closed iterator: '{iterator!r}'."
+    made_by = iterator._MADE_BY
+    # Grain's wording, which clients match (`_closed_wording`).
+    grain = iterator._closed_wording or f"Trying to advance a closed iterator: '{iterator!r}'."
     return ValueError(
         f"{grain} next() on a closed iterator ({type(iterator).__name__}): close() stopped its "
         f"threads and workers for good. Create a new one with {made_by} (and "

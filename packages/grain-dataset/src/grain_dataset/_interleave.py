@@ -126,6 +126,8 @@ class InterleaveIterDataset(IterDataset[T]):
         # the first record of files 0, 1, 2, 3, the second of each, ...
     """
 
+    _order_as_grain = False
+
     def _fingerprint_token(self) -> str | None:
         return token("interleave", self._cycle_length)
 

@@ -24,6 +24,8 @@ _CHECK_EVERY = 256
 
 
 class _ElementwiseIterDataset(IterStage):
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return None  # elements change, positions do not
 
@@ -93,6 +95,8 @@ class _CountingIterator(_ElementwiseIterator):
 class MapIterDataset(_ElementwiseIterDataset):
     """``transform(element)`` for each element."""
 
+    _positional_chain = True
+
     _kind = "map"
     _position_kind = "map"
 
@@ -117,6 +121,8 @@ class _MapIterator(_ElementwiseIterator):
 @register("iter_filter")
 class FilterIterDataset(_ElementwiseIterDataset):
     """The elements for which ``transform(element)`` is true."""
+
+    _positional_chain = True
 
     _kind = "filter"
     _position_kind = "filter"
@@ -170,6 +176,8 @@ class _FilterIterator(_ElementwiseIterator):
 class MapWithIndexIterDataset(_ElementwiseIterDataset):
     """``transform(index, element)``, the index counting this dataset's elements from 0."""
 
+    _positional_chain = True
+
     _kind = "map_with_index"
     # Its index counts elements: the position, while nothing before it drops one.
     _position_kind = "indexed"
@@ -187,6 +195,9 @@ class _MapWithIndexIterator(_CountingIterator):
 @register("iter_random_map")
 class RandomMapIterDataset(_ElementwiseIterDataset):
     """``transform(element, rng)`` with `rng` keyed by (stage seed, element count)."""
+
+    _positional_chain = True
+    _order_as_grain = False  # its random numbers are not Grain's
 
     _count_key = "index_for_rng"
 

@@ -97,6 +97,8 @@ def _by_name(datasets: Any, weights: Any) -> tuple[Any, Any]:
 class MixedIterDataset(IterStage):
     """The components interleaved in proportion to their weights."""
 
+    _order_as_grain = False
+
     _many_parents = True
 
     def _fingerprint_token(self) -> str | None:

@@ -25,28 +25,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from grain_dataset._base import DatasetIterator, IterDataset
+from grain_dataset._contract import IterStageTraits
 
 
-class IterStage(IterDataset[Any]):
+class IterStage(IterDataset[Any], IterStageTraits):
     """Base of the built-in IterDataset stages (see the module docstring).
 
     `_iterator` is the stage's iterator class (set by `iterator_of`); it is
     built with the stage and the iterator of its one parent, or the list of
-    its parents' iterators when `_many_parents` is set.
+    its parents' iterators when `_many_parents` is set. Its traits (position-wise
+    work for mp_prefetch, ...) are declared in grain_dataset._contract.
     """
 
     _iterator: ClassVar[type[StageIterator]]
-    _many_parents: ClassVar[bool] = False
-    # How the stage's output at a position depends on that position alone, for an
-    # mp_prefetch whose output does not depend on its worker count (`_positional`):
-    # "map" (``_at_position(p, x)`` is the element), "filter" (it says whether x
-    # stays), "indexed" (a map that counts elements), "same" (x unchanged); None:
-    # the stage combines or holds elements, and runs on the merged stream.
-    _position_kind: ClassVar[str | None] = None
-
-    def _at_position(self, position: int, value: Any) -> Any:
-        """This stage's work on the element `value` at `position` (see `_position_kind`)."""
-        raise NotImplementedError
 
     def __iter__(self) -> DatasetIterator[Any]:
         if self._many_parents:
@@ -128,7 +119,7 @@ class Anchor:
         self.state = copy.deepcopy(state)
 
 
-def check_below(state: dict[str, Any], field: str, bound: int, stage: Any, what: str) -> int:
+def check_below(state: dict[str, Any], field: str, bound: int, stage: object, what: str) -> int:
     """`state[field]` after checking it is below `bound`, the stage's argument `what`."""
     value = state[field]
     if value >= bound:

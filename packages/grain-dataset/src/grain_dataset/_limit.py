@@ -29,6 +29,8 @@ class LimitIterDataset(IterStage):
         list(ds)  # [0, 1, 2]
     """
 
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return None  # its state counts elements: a new limit applies to the same count
 

@@ -101,6 +101,8 @@ class MapWithIndexMapDataset(_ElementwiseMapDataset):
 class RandomMapMapDataset(_ElementwiseMapDataset):
     """``transform(element, rng)`` with `rng` keyed by (stage seed, index)."""
 
+    _order_as_grain = False  # its random numbers are not Grain's
+
     _kind = "random_map"
 
     def __init__(self, parent: MapDataset[Any], transform: Any, seed: int | None = None):

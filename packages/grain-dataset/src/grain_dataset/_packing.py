@@ -419,6 +419,9 @@ def _short(value: Any) -> str:
 class _PackIterDataset(IterStage):
     """What first fit and best fit share: arguments, layout and the iterator."""
 
+    _positional_chain = True
+    _order_as_grain = False
+
     def _fingerprint_token(self) -> str | None:
         return token(
             type(self).__name__,
@@ -534,6 +537,8 @@ class FirstFitPackIterDataset(_PackIterDataset):
         #  "tokens_positions": [0, 1, 2, 0, 1]}
     """
 
+    _positional_chain = True
+
 
 class BestFitPackIterDataset(_PackIterDataset):
     """Packs sequences into the bin they fit most tightly: less padding than first fit.
@@ -556,6 +561,8 @@ class BestFitPackIterDataset(_PackIterDataset):
         # for the 2 beside the 3. First fit puts the 1 beside the 3 and needs a
         # third example for the 2.
     """
+
+    _positional_chain = True
 
     _best_fit = True
 

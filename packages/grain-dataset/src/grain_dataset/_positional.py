@@ -74,9 +74,7 @@ _DROP = object()  # a dropped position, inside `_PositionUnits` only
 
 def drops_positions(ds: MapDataset[Any]) -> bool:
     """Whether a stage of `ds` can leave a position empty (a filter, a flat map's padding)."""
-    return any(
-        getattr(type(stage), "discards_elements", None) for stage in upstream(ds, MapDataset)
-    )
+    return any(stage.discards_elements for stage in upstream(ds, MapDataset))
 
 
 def _none_error(stage: Any, position: int, why: str) -> ValueError:
@@ -266,7 +264,7 @@ def _is_chain_stage(node: Any) -> bool:
     return (
         isinstance(node, IterStage)
         and not node._many_parents
-        and type(node).__module__.startswith("grain_dataset.")
+        and type(node)._positional_chain
         and isinstance(node._parents[0], IterDataset)
     )
 
@@ -303,6 +301,8 @@ def positional_split(dataset: IterDataset[Any]) -> PositionalSplit | None:
 class InOrderIterDataset(IterStage):
     """The merged units' elements (see the module doc); its state is the plain pipeline's."""
 
+    _positional_chain = True
+
     def __init__(self, parent: IterDataset[Any], split: PositionalSplit):
         super().__init__(parent)
         self._split = split
@@ -315,7 +315,7 @@ class _InOrderIterator(StageIterator):
 
     def __init__(self, dataset: InOrderIterDataset, parent: Any):
         super().__init__(dataset, parent)
-        parent.__dict__["_STATS_HIDDEN"] = True
+        parent._STATS_HIDDEN = True
         self._split = dataset._split
         # The filter-ratio check of DatasetOptions, over the dropped positions.
         check = FilterRatioCheck("the filters before mp_prefetch (in its workers)")

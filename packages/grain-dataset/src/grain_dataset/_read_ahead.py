@@ -123,7 +123,7 @@ class PrefetchIterDataset(IterDataset[Any]):
 
 def _reads_batched_source(dataset: MapDataset[Any]) -> bool:
     """Whether a source under `dataset` reads many records at once (`__getitems__`)."""
-    return any(stage.__dict__.get("_batched") for stage in upstream(dataset, within=MapDataset))
+    return any(stage._batched for stage in upstream(dataset, within=MapDataset))
 
 
 def _read_chunk(
@@ -562,9 +562,14 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
     # -- the DatasetIterator contract --------------------------------------------------------
 
-    def stats_counts(self) -> tuple[int, float]:
+    _STATS_SELF_COUNTED = True
+
+    def _stats_counts(self) -> tuple[int, float]:
         """Elements handed out since the last restore, and seconds reading or waiting."""
         return self._next - self._origin - self._dropped_total - self._dropped, self.waited_s
+
+    def _stats_reader_times(self) -> tuple[float, float]:
+        return self.waited_s, self.read_cpu_s
 
     def get_state(self) -> dict[str, Any]:
         return {"next_index": self._next}

@@ -101,6 +101,8 @@ class RebatchIterDataset(IterStage):
         [b.tolist() for b in ds]   # [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
 
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return None  # its state counts rows: any batch size resumes at the same row
 

@@ -106,6 +106,8 @@ class RepeatIterDataset(IterStage):
         list(ds)  # [0, 1, 2, 0, 1, 2]
     """
 
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return None  # its state counts epochs: a new count applies to the same epoch
 

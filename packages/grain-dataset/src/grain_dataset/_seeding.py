@@ -86,6 +86,8 @@ class SeedMapDataset(MapStage):
 class SeedIterDataset(IterStage):
     """Passes elements through; sets the seed later random stages derive theirs from."""
 
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return None  # the seeds it gives are in the tokens of the stages that use them
 

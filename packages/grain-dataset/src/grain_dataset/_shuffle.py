@@ -33,6 +33,8 @@ _CALLS_PER_PERMUTATION = 1500
 class ShuffleMapDataset(MapStage):
     """The parent's elements in a new global order every epoch."""
 
+    _order_as_grain = False  # another permutation than Grain's for a seed
+
     def _fingerprint_token(self) -> str | None:
         return token("shuffle", seed_param(self._seed))
 

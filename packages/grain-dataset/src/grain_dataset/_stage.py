@@ -30,14 +30,6 @@ class MapStage(MapDataset[Any]):
     def _getitem(self, index: int) -> Any:  # pragma: no cover - every stage overrides it
         raise NotImplementedError
 
-    # A stage whose element i is its one parent's element `_parent_indices(i)`: a batch
-    # can gather through it (see grain_dataset._gather).
-    _maps_indices = False
-
-    def _parent_indices(self, indices: np.ndarray) -> np.ndarray | None:
-        """The parent's indices of `indices`, or None where they do not fit int64."""
-        return None
-
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         # A stage that maps indices reads its parent in one batch; others loop.
         parent_indices = self._parent_indices(indices) if self._maps_indices else None
@@ -73,6 +65,7 @@ def upstream(dataset: Any, within: type = object) -> Iterator[Any]:
             continue
         seen.add(id(stage))
         yield stage
+        # A user's stage that skipped the base __init__ has no parents to follow.
         pending.extend(p for p in getattr(stage, "_parents", ()) if isinstance(p, within))
 
 

@@ -36,17 +36,13 @@ import os
 import pathlib
 import re
 import sys
-from collections.abc import Awaitable, Coroutine, Generator
-from typing import Any
+from collections.abc import Awaitable, Coroutine, Generator, Iterable
+from typing import Any, Protocol
 
 from grain_dataset import _fingerprint
+from grain_dataset._contract import IteratorTraits, StageTraits
 
 _FILE_PATTERN = re.compile(r"process_(\d+)-of-(\d+)\.json")
-
-# An iterator class with this attribute true (ElasticIterator) restores on another
-# process count from the list of all old processes' states: when this process's file is
-# missing, `read_state_into` passes it that list.
-ALL_SHARDS = "_restores_from_all_shards"
 
 FORMAT_KEY = "grain_py_state_format"
 FORMAT_VERSION = 1
@@ -62,6 +58,40 @@ def process_index_and_count() -> tuple[int, int]:
     if jax is None:
         return 0, 1
     return int(jax.process_index()), int(jax.process_count())
+
+
+class Checkpointable(Protocol):
+    """What a state file is written from and read into: an iterator with a state
+    (a DatasetIterator, the DataLoader's, Grain's CheckpointableIterator)."""
+
+    def get_state(self) -> Any: ...
+
+    def set_state(self, state: Any) -> None: ...
+
+
+class PathOfALibrary(Protocol):
+    """A directory path object of another library (etils' epath.Path, for cloud
+    storage): the methods the state files use, which it is kept for."""
+
+    def __truediv__(self, name: str) -> Any: ...
+
+    def exists(self) -> bool: ...
+
+    def read_text(self) -> str: ...
+
+    def write_text(self, text: str) -> Any: ...
+
+    def iterdir(self) -> Iterable[Any]: ...
+
+
+class AwaitingCreation(Protocol):
+    """Orbax's PathAwaitingCreation: a directory that another task is creating."""
+
+    async def await_creation(self) -> Any: ...
+
+
+Directory = str | os.PathLike[str] | PathOfALibrary
+"""Where state files go: a path, or a path object of another library."""
 
 
 def state_file_name(process_index: int, process_count: int) -> str:
@@ -91,7 +121,7 @@ def as_path(directory: Any) -> Any:
     )
 
 
-def state_to_text(state: Any, owner: Any) -> str:
+def state_to_text(state: object, owner: Checkpointable) -> str:
     """The file text of `state` as `owner.get_state()` returned it (a dict, or JSON bytes/str)."""
     if isinstance(state, bytes | bytearray | str):
         try:
@@ -167,21 +197,6 @@ def text_to_state(text: str, owner: Any, path: Any) -> Any:
     return state
 
 
-# Stages whose element order (or random values) differ from Grain's for the same seed
-# and arguments; a pipeline with none of them orders its elements as Grain does. Named
-# by class, as the stages of other packages are too (no import of them here).
-_ORDER_DIFFERS = (
-    "Shuffle",
-    "Random",
-    "Mix",
-    "Select",
-    "Interleave",
-    "Pack",
-    "ConcatThenSplit",
-    "Sampler",
-)
-
-
 def _same_order_as_grain(owner: Any) -> bool:
     """Whether `owner`'s pipeline yields Grain's elements in Grain's order at every state."""
     dataset = getattr(owner, "__dict__", {}).get(_fingerprint._DATASET)
@@ -194,10 +209,10 @@ def _same_order_as_grain(owner: Any) -> bool:
         if id(stage) in seen:
             continue
         seen.add(id(stage))
-        name = type(stage).__name__
-        if any(part in name for part in _ORDER_DIFFERS):
-            return False
-        pending.extend(stage.__dict__.get("_parents", ()))
+        if isinstance(stage, StageTraits):
+            if not stage._order_as_grain:
+                return False
+            pending.extend(stage._parents)
     return True
 
 
@@ -240,8 +255,8 @@ def _all_process_states(directory: Any, owner: Any) -> tuple[Any, list[Any]]:
     """(the directory, the states of all processes that saved it, in process order).
 
     For iterators that restore on another process count from all old shards'
-    states (`ALL_SHARDS`): the checkpoint must hold the files of one process
-    count, all of them.
+    states (`IteratorTraits._restores_from_all_shards`): the checkpoint must hold
+    the files of one process count, all of them.
     """
     directory = as_path(directory)
     counts = sorted(_saved_process_counts(directory))
@@ -264,14 +279,14 @@ def _all_process_states(directory: Any, owner: Any) -> tuple[Any, list[Any]]:
     return directory, states
 
 
-def write_state(directory: Any, text: str, process: tuple[int, int]) -> Any:
+def write_state(directory: Directory, text: str, process: tuple[int, int]) -> Any:
     """Writes `text` (from `state_to_text`) as the state file of `process`; returns its path."""
     path = as_path(directory) / state_file_name(*process)
     path.write_text(text)
     return path
 
 
-def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any:
+def read_state_into(directory: Directory, owner: Checkpointable, process: tuple[int, int]) -> Any:
     """Reads the state file of `process` from `directory` and sets it on `owner`.
 
     Returns the file's path. A state that `owner.set_state` refuses (the
@@ -279,7 +294,8 @@ def read_state_into(directory: Any, owner: Any, process: tuple[int, int]) -> Any
     file and what did not fit.
     """
     if (
-        getattr(owner, ALL_SHARDS, False)
+        isinstance(owner, IteratorTraits)
+        and owner._restores_from_all_shards
         and not (as_path(directory) / state_file_name(*process)).exists()
     ):
         path, state = _all_process_states(directory, owner)
@@ -311,7 +327,9 @@ class _Finished:
         yield  # A generator function: the await finishes at once, with None.
 
 
-def save_coroutine(owner: Any, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+def save_coroutine(
+    owner: Checkpointable, directory: Directory | AwaitingCreation
+) -> Coroutine[Any, Any, Awaitable[None]]:
     """Takes `owner`'s state now and returns the coroutine that writes it into `directory`."""
     text = state_to_text(owner.get_state(), owner)
     process = process_index_and_count()
@@ -329,7 +347,9 @@ def save_coroutine(owner: Any, directory: Any) -> Coroutine[Any, Any, Awaitable[
     return save()
 
 
-def load_coroutine(owner: Any, directory: Any) -> Coroutine[Any, Any, Awaitable[None]]:
+def load_coroutine(
+    owner: Checkpointable, directory: Directory
+) -> Coroutine[Any, Any, Awaitable[None]]:
     """Returns the coroutine that reads this process's state from `directory` into `owner`."""
 
     async def load() -> Awaitable[None]:

@@ -9,7 +9,7 @@ stays its own) that runs its `__next__`, counts the element, times one call in
 since two clock reads per call would cost more than many stages do), and notes
 the first element's spec. An iterator's *self* time is its time minus its
 parents' (their `__next__` runs inside its own). `to_iter_dataset` keeps its
-own totals per chunk instead (`stats_counts`): its time is the consumer's time
+own totals per chunk instead (`_stats_counts`): its time is the consumer's time
 reading chunks (no threads) or blocked on the reading threads, and the readers'
 CPU time is shown beside it, since the MapDataset stages run there. The stage
 with the most self time bounds the throughput: the summary's last line names
@@ -175,7 +175,7 @@ def _timer(cls: type[Any], record: _Record) -> NextHook:
     clock = time.perf_counter_ns
     calls = record.calls
     # A stage that waits on a thread or process costs far more per call than a timer.
-    mask = 0 if getattr(cls, "_STATS_ASYNC", False) else _SAMPLE_MASK
+    mask = 0 if cls._STATS_ASYNC else _SAMPLE_MASK
 
     def timed(self: Any, method: Callable[[Any], Any]) -> Any:
         count = next(calls)
@@ -224,15 +224,15 @@ def track(iterator: Any) -> Any:
             record = _Record()
             it.__dict__["_stats_record"] = record
             # A stage that keeps its own counts (per chunk) needs no per-element timer.
-            if not hasattr(it, "stats_counts"):
+            if not it._STATS_SELF_COUNTED:
                 set_timer(it, _timer(type(it), record))
         pending.extend(it.__dict__.get("_parents", ()))
     return iterator
 
 
 def _total_ns(iterator: Any) -> float:
-    if hasattr(iterator, "stats_counts"):
-        return iterator.stats_counts()[1] * 1e9
+    if iterator._STATS_SELF_COUNTED:
+        return iterator._stats_counts()[1] * 1e9
     return iterator.__dict__["_stats_record"].estimated_ns()
 
 
@@ -264,9 +264,9 @@ def collect(iterator: Any) -> PipelineStats:
         record = it.__dict__.get("_stats_record")
         # A pass-through that a stage builds inside itself (mp_prefetch's in-order
         # stream) is timed, for its child's share, but not listed.
-        if record is None or getattr(it, "_STATS_HIDDEN", False):
+        if record is None or it._STATS_HIDDEN:
             return
-        is_async = getattr(it, "_STATS_ASYNC", False)
+        is_async = it._STATS_ASYNC
         # An async stage's parents run in another thread or process, not inside its calls.
         inner = (
             0.0 if is_async else sum(_total_ns(p) for p in parents if "_stats_record" in p.__dict__)
@@ -274,17 +274,17 @@ def collect(iterator: Any) -> PipelineStats:
         total = _total_ns(it)
         stage = StageStats(
             name=_stage_name(it),
-            elements=it.stats_counts()[0] if hasattr(it, "stats_counts") else record.count,
+            elements=it._stats_counts()[0] if it._STATS_SELF_COUNTED else record.count,
             total_ns=round(total),
             self_ns=round(max(0.0, total - inner)),
             spec=record.spec,
             depth=depth,
             waits_on_background=is_async,
-            waits_on_readers=getattr(it, "_STATS_READERS_UNTRACKED", False),
+            waits_on_readers=it._STATS_READERS_UNTRACKED,
         )
-        if hasattr(it, "read_cpu_s"):
-            stage.waiting_s = it.waited_s
-            stage.reader_cpu_s = it.read_cpu_s
+        readers = it._stats_reader_times()
+        if readers is not None:
+            stage.waiting_s, stage.reader_cpu_s = readers
         stages.append(stage)
 
     visit(iterator, 0)

@@ -35,11 +35,12 @@ that forwards those three calls; its state is exactly what its
 ``close`` in that contract; its owner closes it), and its ``get_state`` and
 ``next`` are called from the background thread, one call at a time.
 
-Idle work: if the parent has a ``read_ahead()`` method, the producer calls it
-while the buffer is full, until it returns False (nothing more to do), instead
-of sleeping. device_put's host buffer uses it to read host batches ahead in the
-same thread that transfers them, saving a thread hand-off per batch.
-``read_ahead`` must not raise: it keeps errors for its own ``__next__``.
+Idle work: if the parent declares ``_reads_ahead`` (grain_dataset._contract),
+the producer calls its ``_read_ahead_step()`` while the buffer is full, until
+it returns False (nothing more to do), instead of sleeping. device_put's host
+buffer uses it to read host batches ahead in the same thread that transfers
+them, saving a thread hand-off per batch. The step must not raise: it keeps
+errors for its own ``__next__``.
 
 Shutdown: the producer thread holds the parent iterator and the buffer, never
 the consumer iterator, so `close()`, `del` or the garbage collector stop it. It
@@ -145,8 +146,8 @@ class _Buffer:
 def _produce(parent: DatasetIterator[Any], buffer: _Buffer) -> None:
     """The producer thread: fills `buffer` from `parent` until stopped, the end or an error."""
     items, room = buffer.items, buffer.room
-    # A parent may offer work to do while the buffer is full (see `read_ahead`).
-    read_ahead = getattr(parent, "read_ahead", None)
+    # A parent may offer work to do while the buffer is full (see "Idle work").
+    read_ahead = parent._read_ahead_step if parent._reads_ahead else None
     try:
         try:
             parent.start_prefetch()
@@ -267,6 +268,7 @@ class ThreadPrefetchDatasetIterator(DatasetIterator[T]):
     # For statistics: its calls wait on the producer thread (timed every call, and its
     # parents' time is not inside its own).
     _STATS_ASYNC = True
+    _closed_wording = "Attempting to use a closed iterator."  # Grain's, for this class
 
     def __init__(
         self,

@@ -66,6 +66,8 @@ class WindowShuffleMapDataset(MapStage):
         sorted(ds[:128]) == list(range(128))  # True: the first window stays together
     """
 
+    _order_as_grain = False
+
     def _fingerprint_token(self) -> str | None:
         return token("window_shuffle", self._window_size, seed_param(self._seed))
 
@@ -133,6 +135,9 @@ class WindowShuffleIterDataset(IterStage):
         it = iter(ds)
         sorted(next(it) for _ in range(10)) == list(range(10))  # True: window 0 comes first
     """
+
+    _positional_chain = True
+    _order_as_grain = False
 
     def _fingerprint_token(self) -> str | None:
         return token("window_shuffle", self._window_size, seed_param(self._seed))

@@ -25,6 +25,8 @@ class WithOptionsIterDataset(IterStage):
         )
     """
 
+    _positional_chain = True
+
     def _fingerprint_token(self) -> str | None:
         return None
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from grain_index import checks
 
 if TYPE_CHECKING:
-    from grain_dataset._base import DatasetIterator, MapDataset
+    from grain_dataset._base import DatasetIterator, IterDataset, MapDataset
 
 
 # (index, count, sequential): worker index of count reads every count-th position, from
@@ -76,7 +76,7 @@ def iter_with_slice(dataset: Any, worker_slice: WorkerSlice | None) -> DatasetIt
 
 
 def iter_worker_slice(
-    dataset: Any, index: int, count: int, sequential: bool = False
+    dataset: MapDataset[Any] | IterDataset[Any], index: int, count: int, sequential: bool = False
 ) -> DatasetIterator[Any]:
     """Returns ``iter(dataset)`` with every `to_iter_dataset` of it reading worker index's share.
 

@@ -5,6 +5,14 @@ it, grain-mp (worker processes, the DataLoader) and grain-jax (device
 prefetch, Orbax checkpoints), build new stages and iterators that must behave
 like the built-in ones; these are the pieces of the dataset layer they share:
 
+  contract     StageTraits, MapTraits, IterStageTraits, IteratorTraits: every
+               hook other modules read off a stage or an iterator (fingerprint,
+               position-wise work, index mapping, interrupt, statistics,
+               checkpoint files, fork safety...), each with its default and
+               its rule, in one module (grain_dataset._contract). The bases
+               below inherit them; a stage overrides a trait in its class body.
+               DataLoader-like iterators that the guard serializes inherit
+               IteratorTraits.
   stages       MapStage, the base of the built-in MapDataset stages: a stage
                writes ``_getitem(index)`` for one index >= 0 and gets
                `__getitem__` (negative indices, slices, checks) from it;
@@ -56,9 +64,12 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                there).
   state files  the checkpoint files (one JSON file per process, with a format
                marker): state_to_text, write_state, read_state_into, and the
-               Orbax-shaped save_coroutine / load_coroutine. An iterator class
-               with ``_restores_from_all_shards = True`` is given the list of
-               all old processes' states when its own file is missing. grain-jax's
+               Orbax-shaped save_coroutine / load_coroutine, for any
+               Checkpointable (get_state/set_state) and a Directory (a path or
+               a path object of another library, epath's). An iterator class
+               with ``_restores_from_all_shards = True`` (IteratorTraits) is given
+               the list of all old processes' states when its own file is
+               missing. grain-jax's
                CheckpointHandler and `DatasetIterator.save/load` share them, so
                a checkpoint written by one is read by the other.
 
@@ -72,6 +83,11 @@ packages/grain/tests/test_layering.py, enforces it).
 
 from grain_dataset._base import INFINITE as INFINITE
 from grain_dataset._base import register as register
+from grain_dataset._contract import IteratorTraits as IteratorTraits
+from grain_dataset._contract import IterStageTraits as IterStageTraits
+from grain_dataset._contract import MapTraits as MapTraits
+from grain_dataset._contract import PositionKind as PositionKind
+from grain_dataset._contract import StageTraits as StageTraits
 from grain_dataset._errors import OutOfRangeError as OutOfRangeError
 from grain_dataset._errors import WrongTypeError as WrongTypeError
 from grain_dataset._fingerprint import fingerprint as pipeline_fingerprint
@@ -94,6 +110,8 @@ from grain_dataset._positional import positional_split as positional_split
 from grain_dataset._stage import MapStage as MapStage
 from grain_dataset._state import check_parents_state as check_parents_state
 from grain_dataset._state import check_state as check_state
+from grain_dataset._state_file import Checkpointable as Checkpointable
+from grain_dataset._state_file import Directory as Directory
 from grain_dataset._state_file import load_coroutine as load_coroutine
 from grain_dataset._state_file import read_state_into as read_state_into
 from grain_dataset._state_file import save_coroutine as save_coroutine
@@ -108,11 +126,18 @@ __all__ = [
     "INFINITE",
     "POLL_S",
     "Anchor",
+    "Checkpointable",
+    "Directory",
     "IterStage",
+    "IterStageTraits",
+    "IteratorTraits",
     "MapStage",
+    "MapTraits",
     "OutOfRangeError",
+    "PositionKind",
     "PositionalSplit",
     "StageIterator",
+    "StageTraits",
     "WeakRegistry",
     "WrongTypeError",
     "add_lock",

@@ -5,7 +5,7 @@ Why it is built this way:
 * One background thread does both jobs. It keeps `device_buffer_size`
   batches transferred ahead (``jax.device_put``); while that buffer is full it
   reads up to `cpu_buffer_size` more host batches from the parent (the
-  `_HostBuffer`, through ThreadPrefetch's ``read_ahead`` hook), so the reading
+  `_HostBuffer`, through ThreadPrefetch's ``_read_ahead_step`` hook), so the reading
   and the transfer both overlap with the caller's step. A first version used a
   second thread for the host buffer: its extra hand-off per batch and the GIL
   contention of three runnable threads on two cores cost 10-20% of the
@@ -247,9 +247,11 @@ class _TransferIterator(DatasetIterator[Any]):
             del value
             _exit_guard.leave()
 
-    def read_ahead(self) -> bool:
+    _reads_ahead = True
+
+    def _read_ahead_step(self) -> bool:
         """The host buffer's read-ahead, offered to the device buffer's thread."""
-        return self._parent.read_ahead()
+        return self._parent._read_ahead_step()
 
     def get_state(self) -> dict[str, Any]:
         return self._parent.get_state()
@@ -264,7 +266,7 @@ class _TransferIterator(DatasetIterator[Any]):
 class _HostBuffer(DatasetIterator[Any]):
     """Up to `capacity` batches of `parent` read ahead, by the transfer thread itself.
 
-    It has no thread: the device buffer's producer calls `read_ahead` while
+    It has no thread: the device buffer's producer calls `_read_ahead_step` while
     the device buffer is full, then `__next__` when there is room. Each read-ahead
     entry keeps the parent's state after it (or the error the parent raised,
     raised again at its position), so the state stays the state after the last
@@ -279,7 +281,9 @@ class _HostBuffer(DatasetIterator[Any]):
         self._ahead: collections.deque[tuple[bool, Any, Any]] = collections.deque()
         self._state: Any = None  # the state after the last batch returned; None: the parent's
 
-    def read_ahead(self) -> bool:
+    _reads_ahead = True
+
+    def _read_ahead_step(self) -> bool:
         """Reads one more batch ahead; False when the buffer is full or the parent is done."""
         ahead = self._ahead
         if len(ahead) >= self._capacity or (ahead and not ahead[-1][0]):

@@ -56,6 +56,7 @@ import numpy as np
 from grain_dataset import ReadOptions
 from grain_dataset.extension import (
     INFINITE,
+    IteratorTraits,
     WrongTypeError,
     add_lock,
     closed_error,
@@ -554,7 +555,7 @@ class DataLoader:
         return state
 
 
-class DataLoaderIterator(Iterator[Any]):
+class DataLoaderIterator(IteratorTraits, Iterator[Any]):
     """The iterator of a DataLoader (``iter(loader)``); its position checkpoints as small JSON.
 
     Args:

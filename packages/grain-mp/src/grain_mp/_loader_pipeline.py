@@ -61,6 +61,7 @@ def build_units(plan: Plan, source: MapDataset[Any]) -> MapDataset[Any]:
     if plan.unit == "chunk":
         ds = ds.batch(plan.chunk_size, batch_fn=as_list)
     elif plan.unit == "fan_out":
+        assert plan.fan_out is not None  # a plan of fan-out units has its flat-map step
         ds = ds.map(plan.fan_out)
     return ds
 

@@ -48,7 +48,7 @@ class MultiprocessPrefetchIterator(DatasetIterator[Any]):
         if isinstance(in_order, LoaderPositionsIterDataset):
             # No in-order stage above it (nothing to undo): statistics list the workers'
             # reader under it, as they do when that stage hides it.
-            self._in_order.__dict__["_STATS_HIDDEN"] = True
+            self._in_order._STATS_HIDDEN = True
         self._per_worker = per_worker
         self._legacy: DatasetIterator[Any] | None = None  # after a per-worker state
 

@@ -436,6 +436,8 @@ class SamplerSourceMapDataset(MapStage):
         ds[3] == source[sampler[3].record_key]
     """
 
+    _order_as_grain = False  # a shuffling sampler's order
+
     def __init__(
         self,
         sampler: Any,

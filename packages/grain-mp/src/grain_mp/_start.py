@@ -37,6 +37,7 @@ from typing import Any
 import cloudpickle  # type: ignore[import-untyped]
 
 from grain_dataset import IterDataset, MapDataset
+from grain_dataset.extension import StageTraits
 
 START_METHOD_ENV = "GRAIN_MP_START_METHOD"
 WORKER_NAME = "grain-worker"
@@ -83,11 +84,19 @@ def requested_method() -> str | None:
     return method
 
 
+# Readers of packages we do not own, which cannot declare `_grain_fork_unsafe`: the
+# array-record package's own reader and data source (TFDS's data sources hold them).
+_FORK_UNSAFE_PACKAGES = ("array_record.",)
+
+
 def _is_fork_unsafe(value: Any) -> bool:
+    """Whether `value` is a reader that does not survive fork: its class declares
+    ``_grain_fork_unsafe = True`` (grain_sources.ArrayRecordDataSource does), or it
+    comes from one of `_FORK_UNSAFE_PACKAGES`."""
     cls = type(value)
-    return bool(getattr(cls, "_grain_fork_unsafe", False)) or "array_record" in (
-        getattr(cls, "__module__", None) or ""
-    )
+    if getattr(cls, "_grain_fork_unsafe", False) is True:
+        return True
+    return (getattr(cls, "__module__", None) or "").startswith(_FORK_UNSAFE_PACKAGES)
 
 
 def _nodes(dataset: Any) -> Iterator[Any]:
@@ -194,7 +203,7 @@ def check_not_nested(parent: Any) -> None:
     pipeline is built, in the user's process, not from inside a worker.
     """
     for node in _nodes(parent):
-        if getattr(type(node), "_starts_worker_processes", False):
+        if isinstance(node, StageTraits) and node._starts_worker_processes:
             raise ValueError(
                 f"mp_prefetch over a pipeline that already has an mp_prefetch ({node!r}): "
                 "its worker processes would have to start worker processes of their own, "

@@ -135,6 +135,9 @@ class ArrayRecordDataSource:
     # Declares that __getitems__(indices) returns [self[i] for i in indices] (see
     # grain_sources.RandomAccessDataSource): pipelines read many records per call.
     batched_reads: ClassVar[bool] = True
+    # The C++ reader's threads do not survive fork: mp_prefetch starts its workers from
+    # the fork server for a pipeline that holds this source (grain_mp._start).
+    _grain_fork_unsafe: ClassVar[bool] = True
 
     def __new__(
         cls,

@@ -8,35 +8,15 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from grain._jax_extra import jax_name as _jax_name
-from grain_dataset import BestFitPackIterDataset as BestFitPackIterDataset
 from grain_dataset import BOSHandling as BOSHandling
-from grain_dataset import CachedMapDataset as CachedMapDataset
-from grain_dataset import CacheIterDataset as CacheIterDataset
-from grain_dataset import ConcatThenSplitIterDataset as ConcatThenSplitIterDataset
 from grain_dataset import DatasetOptions as DatasetOptions
 from grain_dataset import ExecutionTrackingMode as ExecutionTrackingMode
-from grain_dataset import FirstFitPackIterDataset as FirstFitPackIterDataset
-from grain_dataset import FlatMapIterDataset as FlatMapIterDataset
-from grain_dataset import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset import FlatMapTransform as FlatMapTransform
-from grain_dataset import InterleaveIterDataset as InterleaveIterDataset
-from grain_dataset import LimitIterDataset as LimitIterDataset
 from grain_dataset import MapWithIndex as MapWithIndexTransform
-from grain_dataset import ParquetIterDataset as ParquetIterDataset
-from grain_dataset import RebatchIterDataset as RebatchIterDataset
-from grain_dataset import RepeatIterDataset as RepeatIterDataset
 from grain_dataset import RngPool as RngPool
 from grain_dataset import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
-from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
-from grain_dataset import ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator
-from grain_dataset import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
 from grain_dataset import UnverifiedStateWarning as UnverifiedStateWarning
-from grain_dataset import WindowShuffleIterDataset as WindowShuffleIterDataset
-from grain_dataset import WindowShuffleMapDataset as WindowShuffleMapDataset
-from grain_dataset import WithOptionsIterDataset as WithOptionsIterDataset
-from grain_dataset import ZipIterDataset as ZipIterDataset
-from grain_dataset import ZipMapDataset as ZipMapDataset
 from grain_dataset import apply_transformations as apply_transformations
 from grain_dataset import (
     assert_equal_output_after_checkpoint as assert_equal_output_after_checkpoint,
@@ -46,7 +26,9 @@ from grain_dataset import force_restore as force_restore
 from grain_dataset import get_element_spec as get_element_spec
 from grain_dataset import get_next_index as get_next_index
 from grain_dataset import set_next_index as set_next_index
+from grain_dataset import stages as _stages
 from grain_dataset import without_fingerprint as without_fingerprint
+from grain_dataset.stages import *  # noqa: F403 - the public stages (grain_dataset.stages)
 from grain_index import index_shuffle as index_shuffle
 from grain_mp import ElasticIterator as ElasticIterator
 from grain_mp import PackAndBatchOperation as PackAndBatchOperation
@@ -63,37 +45,17 @@ _JAX_NAMES = frozenset({"device_put", "make_global_batch"})
 
 __all__ = [
     "BOSHandling",
-    "BestFitPackIterDataset",
-    "CacheIterDataset",
-    "CachedMapDataset",
-    "ConcatThenSplitIterDataset",
     "DatasetOptions",
     "ElasticIterator",
     "ExecutionTrackingMode",
-    "FirstFitPackIterDataset",
-    "FlatMapIterDataset",
-    "FlatMapMapDataset",
     "FlatMapTransform",
-    "InterleaveIterDataset",
-    "LimitIterDataset",
     "MapWithIndexTransform",
     "PackAndBatchOperation",
-    "ParquetIterDataset",
     "PerformanceConfig",
-    "RebatchIterDataset",
-    "RepeatIterDataset",
     "RngPool",
     "ShapeDtypeStruct",
     "ShapeDtypeStructProtocol",
-    "TFRecordIterDataset",
-    "ThreadPrefetchDatasetIterator",
-    "ThreadPrefetchIterDataset",
     "UnverifiedStateWarning",
-    "WindowShuffleIterDataset",
-    "WindowShuffleMapDataset",
-    "WithOptionsIterDataset",
-    "ZipIterDataset",
-    "ZipMapDataset",
     "apply_transformations",
     "assert_equal_output_after_checkpoint",
     "batch_and_pad",
@@ -108,6 +70,7 @@ __all__ = [
     "set_next_index",
     "without_fingerprint",
 ]
+__all__ += _stages.__all__
 
 
 def __getattr__(name: str) -> _Any:
