@@ -65,6 +65,8 @@ EXPORTS = {
         "TFRecordIterDataset",
         "ThreadPrefetchDatasetIterator",
         "ThreadPrefetchIterDataset",
+        # Ours: batches filled to a token budget (issue 33).
+        "TokenBudgetBatchIterDataset",
         "UnverifiedStateWarning",
         "WindowShuffleIterDataset",
         "WindowShuffleMapDataset",
@@ -297,6 +299,7 @@ EXPORTS = {
         "TfRandomMap",
         "ThreadPrefetchDatasetIterator",
         "ThreadPrefetchIterDataset",
+        "TokenBudgetBatchIterDataset",
         "Transformation",
         "Transformations",
         "UnsupportedTransformationError",
@@ -414,6 +417,8 @@ EXPORTS = {
         "TFRecordIterDataset",
         "ThreadPrefetchDatasetIterator",
         "ThreadPrefetchIterDataset",
+        # Ours: batches filled to a token budget (issue 33).
+        "TokenBudgetBatchIterDataset",
         "UnverifiedStateWarning",
         "WindowShuffleIterDataset",
         "WindowShuffleMapDataset",

@@ -12,7 +12,7 @@ this package attaches them all:
   _read_ahead, _daemon_pool                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
-  _packing, _concat_split                                       packing for sequence models
+  _packing, _concat_split, _token_budget                        sequence models: pack, batch
   _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
   _conformance                                                  the checkpoint contract check
@@ -79,6 +79,9 @@ from grain_dataset._thread_prefetch import (
     ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
 )
 from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
+from grain_dataset._token_budget import (
+    TokenBudgetBatchIterDataset as TokenBudgetBatchIterDataset,
+)
 from grain_dataset._transforms import Batch as Batch
 from grain_dataset._transforms import DatasetSelectionMap as DatasetSelectionMap
 from grain_dataset._transforms import FilterTransform as FilterTransform
@@ -136,6 +139,7 @@ __all__ = [
     "TfRandomMap",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
+    "TokenBudgetBatchIterDataset",
     "Transformation",
     "Transformations",
     "UnsupportedTransformationError",

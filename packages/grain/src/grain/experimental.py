@@ -31,6 +31,7 @@ from grain_dataset import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset import ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator
 from grain_dataset import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
+from grain_dataset import TokenBudgetBatchIterDataset as TokenBudgetBatchIterDataset
 from grain_dataset import UnverifiedStateWarning as UnverifiedStateWarning
 from grain_dataset import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset import WindowShuffleMapDataset as WindowShuffleMapDataset
@@ -88,6 +89,7 @@ __all__ = [
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
+    "TokenBudgetBatchIterDataset",
     "UnverifiedStateWarning",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
