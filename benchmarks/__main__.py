@@ -110,6 +110,10 @@ SIZES["user_source"] = {
     "full": ["--size", "60000", "--repeats", "5"],
     "quick": ["--size", "5000", "--repeats", "1"],
 }
+SIZES["token_budget"] = {
+    "full": ["--repeats", "5", "--size", "20000"],
+    "quick": ["--repeats", "1", "--size", "2000"],
+}
 FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = (
@@ -1188,6 +1192,33 @@ def bench_user_source(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_token_budget(ctx: Context) -> list[Row]:
+    lines, _ = ctx.run("token_budget", ctx.sizes("token_budget"))
+    cases = {line["case"]: line for line in lines}
+    reference = cases["fixed_pad_max"]
+    return [
+        Row(
+            "token_budget",
+            case,
+            "tokens/s",
+            line["tokens_per_s"],
+            "fixed_pad_max",
+            "batch(8) padded to 2048 (same run)",
+            reference["tokens_per_s"],
+            ratio=line["ratio"],
+            ok=line["ok"],
+            note=f"padding {line['padding_fraction']:.1%}, {line['distinct_shapes']} shapes"
+            + (
+                f", restore {line['restore_ms_median']:.2f} ms"
+                if "restore_ms_median" in line
+                else ""
+            ),
+        )
+        for case, line in cases.items()
+        if case != "fixed_pad_max"
+    ]
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -1204,6 +1235,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "freethreaded": bench_freethreaded,
     "jpeg": bench_jpeg,
     "user_source": bench_user_source,
+    "token_budget": bench_token_budget,
 }
 
 PEERS = {
@@ -1222,6 +1254,7 @@ PEERS = {
     "freethreaded": "1 worker thread, the pipeline alone, worker processes",
     "jpeg": f"0 threads, {UPSTREAM}",
     "user_source": f"numpy loop, {UPSTREAM}",
+    "token_budget": "fixed-size batches",
 }
 
 

@@ -286,10 +286,17 @@ class _TokenBudgetIterator(StageIterator):
 
     def _prepare(self, element: Any) -> _Element:
         """The element checked, truncated if allowed, with its length and padded length."""
+        if type(element) is np.ndarray and self._is_dict is False and element.ndim:
+            # The common bare-array case: one dtype and trailing-shape check.
+            dtype, trailing = self._specs[""]
+            if element.dtype == dtype and element.shape[1:] == trailing:
+                length = element.shape[0]
+                if length <= self._lengths[-1]:
+                    return _Element(element, length, bisect.bisect_left(self._lengths, length))
         if isinstance(element, Mapping):
             if self._is_dict is False:
                 raise TypeError(f"{self._stage}: a dict element after bare-array elements.")
-            value = dict(element)
+            value: Any = dict(element)
             if self._keys is None:
                 self._first_dict(value)
             elif value.keys() != self._features:
@@ -298,7 +305,7 @@ class _TokenBudgetIterator(StageIterator):
                     f"had {sorted(self._features)}; every element needs the same features."
                 )
             length = 0
-            for key in self._keys:
+            for key in self._keys or ():
                 array = value[key] = self._sequence(value[key], key)
                 length = max(length, array.shape[0])
         else:
