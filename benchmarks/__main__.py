@@ -6,8 +6,8 @@ Usage: uv run python -m benchmarks [--quick] [--only NAME[,NAME]] [--out DIR]
 Runs each script of benchmarks/ (one after another, never two at once) and compares
 each figure with its peer where it has one:
 
-- upstream grain==0.2.18 (pipeline, packing, source_read, mp), in the throwaway venv
-  that compare.py manages (~/.cache/grain-compare/venv-grain-0.2.18, created if
+- upstream grain==0.2.18 (pipeline, packing, source_read, mp, llm_tokens, ...), in
+  the throwaway venv that compare.py manages (~/.cache/grain-compare/venv-grain-0.2.18, created if
   missing); rounds interleave, ours then upstream, and each figure is the median
   over the rounds, as in compare.py;
 - PyTorch's DataLoader (mp), from torch's CPU build installed beside the venv
@@ -114,6 +114,10 @@ SIZES["token_budget"] = {
     "full": ["--repeats", "5", "--size", "20000"],
     "quick": ["--repeats", "1", "--size", "2000"],
 }
+SIZES["llm_tokens"] = {
+    "full": ["--documents", "3000"],
+    "quick": ["--documents", "400"],
+}
 FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = (
@@ -124,6 +128,7 @@ ROUND_BY_ROUND = (
     "latency_memory",
     "jpeg",
     "user_source",
+    "llm_tokens",
 )
 
 
@@ -1219,6 +1224,24 @@ def bench_token_budget(ctx: Context) -> list[Row]:
     ]
 
 
+def bench_llm_tokens(ctx: Context) -> list[Row]:
+    arguments = [*ctx.sizes("llm_tokens"), "--repeats", "1"]
+    ours, upstream = _rounds(ctx, "llm_tokens", arguments, ctx.rounds)
+    _check_sides(ours, upstream)
+    rows = _versus_upstream_rows(ctx, "llm_tokens", "tokens/s", ours, upstream)
+    ours_cases, upstream_cases = _by_case(ours), _by_case(upstream)
+    for row in rows:
+        lines, peer = ours_cases[row.case], upstream_cases.get(row.case, [])
+        per_core = _median([line["tokens_per_s_per_core"] for line in lines])
+        text = f"{per_core:,.0f} tokens/s per core"
+        if peer:
+            theirs = _median([line["tokens_per_s_per_core"] for line in peer])
+            text += f" (upstream {theirs:,.0f})"
+        first = _median([line["first_batch_s"] for line in lines])
+        row.note = "; ".join(filter(None, [text, f"first batch {first:.2f} s", row.note]))
+    return rows
+
+
 BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "index_shuffle": bench_index_shuffle,
     "pipeline": bench_pipeline,
@@ -1236,6 +1259,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "jpeg": bench_jpeg,
     "user_source": bench_user_source,
     "token_budget": bench_token_budget,
+    "llm_tokens": bench_llm_tokens,
 }
 
 PEERS = {
@@ -1255,6 +1279,7 @@ PEERS = {
     "jpeg": f"0 threads, {UPSTREAM}",
     "user_source": f"numpy loop, {UPSTREAM}",
     "token_budget": "fixed-size batches",
+    "llm_tokens": UPSTREAM,
 }
 
 
