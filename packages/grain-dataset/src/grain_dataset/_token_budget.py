@@ -245,13 +245,12 @@ class TokenBudgetBatchIterDataset(IterStage):
 
 
 class _Element:
-    """One element read from the parent: its features, length and padded-length index."""
+    """One element read from the parent: its checked features and padded-length index."""
 
-    __slots__ = ("bucket", "length", "value")
+    __slots__ = ("bucket", "value")
 
-    def __init__(self, value: Any, length: int, bucket: int):
+    def __init__(self, value: Any, bucket: int):
         self.value = value
-        self.length = length
         self.bucket = bucket
 
 
@@ -292,7 +291,7 @@ class _TokenBudgetIterator(StageIterator):
             if element.dtype == dtype and element.shape[1:] == trailing:
                 length = element.shape[0]
                 if length <= self._lengths[-1]:
-                    return _Element(element, length, bisect.bisect_left(self._lengths, length))
+                    return _Element(element, bisect.bisect_left(self._lengths, length))
         if isinstance(element, Mapping):
             if self._is_dict is False:
                 raise TypeError(f"{self._stage}: a dict element after bare-array elements.")
@@ -319,7 +318,7 @@ class _TokenBudgetIterator(StageIterator):
             length = value.shape[0]
         if length > self._lengths[-1]:
             value, length = self._too_long(value, length)
-        return _Element(value, length, bisect.bisect_left(self._lengths, length))
+        return _Element(value, bisect.bisect_left(self._lengths, length))
 
     def _first_dict(self, value: dict[str, Any]) -> None:
         wanted = self._dataset._sequence_keys
