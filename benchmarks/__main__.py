@@ -1233,10 +1233,12 @@ def bench_llm_tokens(ctx: Context) -> list[Row]:
     for row in rows:
         lines, peer = ours_cases[row.case], upstream_cases.get(row.case, [])
         per_core = _median([line["tokens_per_s_per_core"] for line in lines])
-        text = f"{per_core:,.0f} tokens/s per core"
+        per_cpu = _median([line["tokens_per_cpu_s"] for line in lines])
+        text = f"{per_core:,.0f} tokens/s per core, {per_cpu:,.0f} per CPU second"
         if peer:
             theirs = _median([line["tokens_per_s_per_core"] for line in peer])
-            text += f" (upstream {theirs:,.0f})"
+            their_cpu = _median([line["tokens_per_cpu_s"] for line in peer])
+            text += f" (upstream {theirs:,.0f} and {their_cpu:,.0f})"
         first = _median([line["first_batch_s"] for line in lines])
         row.note = "; ".join(filter(None, [text, f"first batch {first:.2f} s", row.note]))
     return rows

@@ -28,7 +28,10 @@ Cases `workers_0` and `workers_2`. A line gives `tokens_per_s` (the batches'
 tokens, 32 x 2048 per batch, padding included: the figure MaxText reports),
 `real_tokens_per_s` (document tokens only) and `tokens_per_s_per_core` (over the
 cores the case can use: 1 without workers, else min(CPUs, workers + 1)), the
-median of `repeats` full passes after an untimed checked pass; `first_batch_s`
+median of `repeats` full passes after an untimed checked pass;
+`tokens_per_cpu_s`, the batches' tokens per CPU second of this process and its
+workers (reaped after each pass; `cpu_complete` false if one outlived it), a
+per-core figure that a busy machine disturbs much less than wall time; `first_batch_s`
 (from `iter()` to the first batch, workers started included, median), and the
 process's peak RSS. `elements` counts the batches' tokens, so the runner's
 elements/s is tokens/s. Every pass is checked: the non-padding tokens of all
@@ -44,8 +47,11 @@ figures are 55 k-546 k tokens/s per TPU host.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import gc
 import hashlib
 import json
+import multiprocessing
 import os
 import platform
 import resource
@@ -127,11 +133,41 @@ def build(texts: list[str], tokenizer: Tokenizer, workers: int) -> Any:
     return batches
 
 
-def one_pass(ds: Any) -> tuple[float, float, np.ndarray, int, list[str]]:
-    """Seconds to the first batch and in all; the real tokens' histogram; batches; failures."""
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that have ended."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _reap_workers(timeout_s: float = 20.0) -> bool:
+    """Waits for the worker processes to end (so their CPU time counts); True if they did."""
+    gc.collect()
+    deadline = time.monotonic() + timeout_s
+    while multiprocessing.active_children():  # joins the ones that ended
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@dataclasses.dataclass
+class Pass:
+    first_s: float
+    wall_s: float
+    cpu_s: float
+    cpu_complete: bool
+    histogram: np.ndarray
+    batches: int
+    failed: list[str]
+
+
+def one_pass(ds: Any) -> Pass:
+    """One pass over the pipeline, timed from `iter()` until its workers have ended."""
     histogram = np.zeros(VOCAB, dtype=np.int64)
     failed = []
     count = 0
+    cpu = _cpu_s()
     start = time.perf_counter()
     first = 0.0
     iterator = iter(ds)
@@ -147,7 +183,9 @@ def one_pass(ds: Any) -> tuple[float, float, np.ndarray, int, list[str]]:
     close = getattr(iterator, "close", None)
     if close is not None:
         close()
-    return first, elapsed, histogram, count, failed
+    del iterator
+    complete = _reap_workers()
+    return Pass(first, elapsed, _cpu_s() - cpu, complete, histogram, count, failed)
 
 
 def main() -> None:
@@ -180,23 +218,22 @@ def main() -> None:
     for name in names:
         workers = CASES[name]
         failed: list[str] = []
-        _, _, histogram, batches, more = one_pass(build(texts, tokenizer, workers))
-        failed += more
+        checked = one_pass(build(texts, tokenizer, workers))
+        histogram, batches = checked.histogram, checked.batches
+        failed += checked.failed
         left_out = expected - histogram
         # drop_remainder leaves out less than one batch of packed sequences per stream
         # that is batched: one here, and one per worker where each worker packs and
         # batches its own slice (upstream's workers do).
         if (left_out < 0).any() or left_out.sum() >= max(1, workers) * BATCH * SEQUENCE:
             failed.append("tokens_once")
-        firsts, times = [], []
-        for _ in range(args.repeats):
-            first, elapsed, again, count, more = one_pass(build(texts, tokenizer, workers))
-            firsts.append(first)
-            times.append(elapsed)
-            failed += more
-            if count != batches or not np.array_equal(again, histogram):
+        passes = [one_pass(build(texts, tokenizer, workers)) for _ in range(args.repeats)]
+        for again in passes:
+            failed += again.failed
+            if again.batches != batches or not np.array_equal(again.histogram, histogram):
                 failed.append("deterministic")
-        median = statistics.median(times)
+        median = statistics.median(p.wall_s for p in passes)
+        cpu = statistics.median(p.cpu_s for p in passes)
         produced = batches * BATCH * SEQUENCE
         cores = 1 if workers == 0 else min(cpus, workers + 1)
         line: dict[str, Any] = {
@@ -210,8 +247,11 @@ def main() -> None:
             "real_tokens_per_s": round(int(histogram.sum()) / median),
             "tokens_per_s_per_core": round(produced / median / cores),
             "cores": cores,
+            "tokens_per_cpu_s": round(produced / cpu),
+            "cpu_s": round(cpu, 3),
+            "cpu_complete": all(p.cpu_complete for p in passes),
             "padding_fraction": round(1 - int(histogram.sum()) / produced, 4),
-            "first_batch_s": round(statistics.median(firsts), 4),
+            "first_batch_s": round(statistics.median(p.first_s for p in passes), 4),
             "tokenize_only_tokens_per_s": round(int(expected.sum()) / tokenize_s),
             "tokenizer_train_s": round(train_s, 3),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
