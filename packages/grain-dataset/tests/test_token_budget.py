@@ -404,3 +404,20 @@ def test_states_of_another_pipeline_raise():
 def test_an_empty_parent_gives_nothing():
     assert list(stage([], token_budget=64)) == []
     assert list(stage([], token_budget=64, bucket_window=4)) == []
+
+
+def test_sequence_features_with_trailing_dimensions_pad_along_the_first_axis():
+    rng = np.random.default_rng(4)
+    elements = [{"frames": rng.normal(size=(n, 3)).astype(np.float32)} for n in (2, 7, 5)]
+    ds = stage(elements, token_budget=64, padded_lengths=[4, 8], padding_value=-1.0)
+    (batch,) = list(ds)
+    assert batch["frames"].shape == (4, 8, 3)
+    assert batch["frames"].dtype == np.float32
+    assert batch["frames_mask"].shape == (4, 8)
+    for row, element in enumerate(elements):
+        n = len(element["frames"])
+        np.testing.assert_array_equal(batch["frames"][row, :n], element["frames"])
+        assert (batch["frames"][row, n:] == -1.0).all()
+    bad = stage([*elements, {"frames": np.zeros((2, 4), np.float32)}], token_budget=64)
+    with pytest.raises(TypeError, match=r"shape \(2, 4\)"):
+        list(bad)
