@@ -1,6 +1,7 @@
 """Tokens per second of an LLM input pipeline: text -> tokenize -> pack to 2048 -> batch 32.
 
 Usage: python benchmarks/llm_tokens.py [--repeats 3] [--documents 3000] [--cases a,b]
+       (--size is --documents, for compare.py --bench llm_tokens)
 
 Modelled on MaxText's standalone data-loader measurement (iterate the training
 input pipeline alone, no model, and count the tokens of the batches it hands
@@ -191,7 +192,7 @@ def one_pass(ds: Any) -> Pass:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--documents", type=int, default=3000)
+    parser.add_argument("--documents", "--size", dest="documents", type=int, default=3000)
     parser.add_argument("--cases", default=",".join(CASES))
     args = parser.parse_args()
     names = [name for name in args.cases.split(",") if name]
