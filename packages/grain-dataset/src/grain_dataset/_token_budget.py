@@ -442,11 +442,11 @@ class _TokenBudgetIterator(StageIterator):
                     f"{key or 'the elements'}; pick a padding value of that dtype."
                 )
         lengths = np.zeros(rows, dtype=LENGTH_DTYPE)
-        for row, array in enumerate(column):
-            size = array.shape[0]
-            values[row, :size] = array
-            lengths[row] = size
+        lengths[: len(column)] = [array.shape[0] for array in column]
         mask = np.arange(padded, dtype=LENGTH_DTYPE) < lengths[:, None]
+        # The mask's True entries, in row-major order, are the rows' tokens in order:
+        # one copy of all of them instead of a slice assignment per row.
+        values[mask] = np.concatenate(column)
         return values, lengths, mask
 
     def _stack(self, column: list[Any], key: str, rows: int) -> np.ndarray:
