@@ -6,8 +6,8 @@ Usage: uv run python -m benchmarks [--quick] [--only NAME[,NAME]] [--out DIR]
 Runs each script of benchmarks/ (one after another, never two at once) and compares
 each figure with its peer where it has one:
 
-- upstream grain==0.2.18 (pipeline, packing, source_read, mp), in the throwaway venv
-  that compare.py manages (~/.cache/grain-compare/venv-grain-0.2.18, created if
+- upstream grain==0.2.18 (pipeline, packing, source_read, mp, llm_tokens, ...), in
+  the throwaway venv that compare.py manages (~/.cache/grain-compare/venv-grain-0.2.18, created if
   missing); rounds interleave, ours then upstream, and each figure is the median
   over the rounds, as in compare.py;
 - PyTorch's DataLoader (mp), from torch's CPU build installed beside the venv
@@ -114,6 +114,18 @@ SIZES["token_mix"] = {
     "full": ["--tokens", "100000000", "--repeats", "5"],
     "quick": ["--tokens", "5000000", "--repeats", "1"],
 }
+SIZES["token_budget"] = {
+    "full": ["--repeats", "5", "--size", "20000"],
+    "quick": ["--repeats", "1", "--size", "2000"],
+}
+SIZES["stage_chain"] = {
+    "full": ["--size", "200000"],
+    "quick": ["--size", "20000"],
+}
+SIZES["llm_tokens"] = {
+    "full": ["--documents", "3000"],
+    "quick": ["--documents", "400"],
+}
 FREETHREADED_VENV = BENCHMARKS.parent / ".venv-freethreaded"
 ROUNDS = {"full": 3, "quick": 1}
 ROUND_BY_ROUND = (
@@ -124,6 +136,8 @@ ROUND_BY_ROUND = (
     "latency_memory",
     "jpeg",
     "user_source",
+    "llm_tokens",
+    "stage_chain",
 )
 
 
@@ -570,6 +584,10 @@ def bench_index_shuffle(ctx: Context) -> list[Row]:
 
 def bench_pipeline(ctx: Context) -> list[Row]:
     return _versus_upstream(ctx, "pipeline", "elements/s")
+
+
+def bench_stage_chain(ctx: Context) -> list[Row]:
+    return _versus_upstream(ctx, "stage_chain", "elements/s")
 
 
 def bench_source_read(ctx: Context) -> list[Row]:
@@ -1234,6 +1252,67 @@ def bench_token_mix(ctx: Context) -> list[Row]:
                     note=f"first element {line['build_s']} s, {line['peak_mb']} MB",
                 )
             )
+
+
+def bench_token_budget(ctx: Context) -> list[Row]:
+    lines, _ = ctx.run("token_budget", ctx.sizes("token_budget"))
+    cases = {line["case"]: line for line in lines}
+    reference = cases["fixed_pad_max"]
+    return [
+        Row(
+            "token_budget",
+            case,
+            "tokens/s",
+            line["tokens_per_s"],
+            "fixed_pad_max",
+            "batch(8) padded to 2048 (same run)",
+            reference["tokens_per_s"],
+            ratio=line["ratio"],
+            ok=line["ok"],
+            note=f"padding {line['padding_fraction']:.1%}, {line['distinct_shapes']} shapes"
+            + (
+                f", restore {line['restore_ms_median']:.2f} ms"
+                if "restore_ms_median" in line
+                else ""
+            ),
+        )
+        for case, line in cases.items()
+        if case != "fixed_pad_max"
+    ]
+
+
+def bench_llm_tokens(ctx: Context) -> list[Row]:
+    arguments = [*ctx.sizes("llm_tokens"), "--repeats", "1"]
+    ours, upstream = _rounds(ctx, "llm_tokens", arguments, ctx.rounds)
+    _check_sides(ours, upstream)
+    rows = []
+    ours_cases, upstream_cases = _by_case(ours), _by_case(upstream)
+    for row in _versus_upstream_rows(ctx, "llm_tokens", "tokens/s", ours, upstream):
+        lines, peer = ours_cases[row.case], upstream_cases.get(row.case, [])
+        per_core = _median([line["tokens_per_s_per_core"] for line in lines])
+        first = _median([line["first_batch_s"] for line in lines])
+        text = f"{per_core:,.0f} tokens/s per core; first batch {first:.2f} s"
+        row.note = "; ".join(filter(None, [text, row.note]))
+        rows.append(row)
+        # Per CPU second of the process and its workers: what a busy machine disturbs least.
+        per_round = [
+            mine["tokens_per_cpu_s"] / theirs["tokens_per_cpu_s"]
+            for mine, theirs in zip(lines, peer, strict=False)
+        ]
+        rows.append(
+            Row(
+                "llm_tokens",
+                f"{row.case}_per_cpu_s",
+                "tokens/CPU-s",
+                _median([line["tokens_per_cpu_s"] for line in lines]),
+                "upstream",
+                UPSTREAM,
+                _median([line["tokens_per_cpu_s"] for line in peer]),
+                ratio=_median(per_round),
+                ok=row.ok,
+                note=_per_round(per_round) or row.note,
+            )
+        )
     return rows
 
 
@@ -1254,6 +1333,9 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "jpeg": bench_jpeg,
     "user_source": bench_user_source,
     "token_mix": bench_token_mix,
+    "token_budget": bench_token_budget,
+    "llm_tokens": bench_llm_tokens,
+    "stage_chain": bench_stage_chain,
 }
 
 PEERS = {
@@ -1273,6 +1355,9 @@ PEERS = {
     "jpeg": f"0 threads, {UPSTREAM}",
     "user_source": f"numpy loop, {UPSTREAM}",
     "token_mix": "record-weighted mix",
+    "token_budget": "fixed-size batches",
+    "llm_tokens": UPSTREAM,
+    "stage_chain": UPSTREAM,
 }
 
 

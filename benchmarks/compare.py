@@ -6,7 +6,8 @@ Usage: uv run python benchmarks/compare.py [--repeats 5] [--size 200000] [--benc
 Upstream lives in a throwaway virtual environment outside the workspace (default
 ~/.cache/grain-compare/venv-grain-0.2.18), made with `python -m venv` from this
 interpreter (so both sides run the same Python) and `pip install grain==0.2.18` with
-this interpreter's Pillow version (jpeg.py decodes with it on both sides), plus
+this interpreter's Pillow version (jpeg.py decodes with it on both sides) and its
+`tokenizers` version (llm_tokens.py trains and encodes with it on both sides), plus
 torch==2.13.0 with --torch; torch never enters uv.lock or any pyproject. A venv that
 already imports the right versions is reused.
 
@@ -65,11 +66,19 @@ def _pillow_version() -> str:
     return importlib.metadata.version("pillow")
 
 
+def _tokenizers_version() -> str:
+    """This interpreter's `tokenizers`: llm_tokens.py trains and encodes with the same one."""
+    import importlib.metadata
+
+    return importlib.metadata.version("tokenizers")
+
+
 def _probe_code(torch: bool) -> str:
     lines = [
         "import importlib.metadata as m, importlib.util as u, grain",
         f"assert m.version('grain') == {UPSTREAM_VERSION!r}, m.version('grain')",
         f"assert m.version('pillow') == {_pillow_version()!r}, m.version('pillow')",
+        f"assert m.version('tokenizers') == {_tokenizers_version()!r}, m.version('tokenizers')",
         "assert u.find_spec('grain_dataset') is None, 'imports our workspace'",
         "grain.MapDataset, grain.ReadOptions",
     ]
@@ -115,7 +124,11 @@ def ensure_venv(venv: Path, torch: bool, cwd: Path) -> Path:
         _log(f"creating {venv}")
         venv.parent.mkdir(parents=True, exist_ok=True)
         _run_logged([sys.executable, "-m", "venv", str(venv)], cwd)
-    packages = [f"grain=={UPSTREAM_VERSION}", f"pillow=={_pillow_version()}"]
+    packages = [
+        f"grain=={UPSTREAM_VERSION}",
+        f"pillow=={_pillow_version()}",
+        f"tokenizers=={_tokenizers_version()}",
+    ]
     packages += [f"torch=={TORCH_VERSION}"] if torch else []
     _log(f"installing {' '.join(packages)} into {venv}")
     python = str(_venv_python(venv))

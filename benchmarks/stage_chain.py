@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from _bench_common import grain_version, implementation
+
 import grain
 
 
@@ -87,13 +89,12 @@ def _one_pass(ds: grain.IterDataset) -> tuple[float, float, float, int]:
     loaded machine disturbs least: waiting for a core does not count.
     """
     start, cpu_start = time.perf_counter(), time.thread_time()
-    count = 0
-    with iter(ds) as it:
-        next(it)
-        first = time.perf_counter() - start
-        count = 1
-        for _ in it:
-            count += 1
+    it = iter(ds)
+    next(it)
+    first = time.perf_counter() - start
+    count = 1
+    for _ in it:
+        count += 1
     return time.perf_counter() - start, time.thread_time() - cpu_start, first, count
 
 
@@ -111,7 +112,11 @@ def measure(name: str, size: int, repeats: int, label: str) -> dict[str, Any]:
     return {
         "benchmark": "stage_chain",
         "case": name,
+        "implementation": implementation(),
+        "grain_version": grain_version(),
         "label": label,
+        "ok": count == size,
+        "median_s": round(seconds, 6),
         "elements": count,
         "repeats": repeats,
         "elements_per_s": round(count / seconds),

@@ -12,7 +12,7 @@ this package attaches them all:
   _read_ahead, _daemon_pool                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
-  _packing, _concat_split                                       packing for sequence models
+  _packing, _concat_split, _token_budget                        sequence models: pack, batch
   _cost_mix                                                     mix(costs=...): by tokens
   _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options

@@ -25,6 +25,9 @@ from grain_dataset._thread_prefetch import (
     ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator,
 )
 from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
+from grain_dataset._token_budget import (
+    TokenBudgetBatchIterDataset as TokenBudgetBatchIterDataset,
+)
 from grain_dataset._window_shuffle import WindowShuffleIterDataset as WindowShuffleIterDataset
 from grain_dataset._window_shuffle import WindowShuffleMapDataset as WindowShuffleMapDataset
 from grain_dataset._with_options import WithOptionsIterDataset as WithOptionsIterDataset
@@ -48,6 +51,7 @@ __all__ = [
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
+    "TokenBudgetBatchIterDataset",
     "WindowShuffleIterDataset",
     "WindowShuffleMapDataset",
     "WithOptionsIterDataset",
