@@ -12,6 +12,7 @@ this package attaches them all:
   _read_ahead, _daemon_pool                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
+  _record_range_iter, _hf_iter                                  sharded streaming sources
   _packing, _concat_split                                       packing for sequence models
   _thread_prefetch                                              a background thread per stage
   _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
@@ -59,6 +60,7 @@ from grain_dataset._fingerprint import unstamped as unstamped
 from grain_dataset._fingerprint import without_fingerprint as without_fingerprint
 from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
+from grain_dataset._hf_iter import HFIterDataset as HFIterDataset
 from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset._limit import LimitIterDataset as LimitIterDataset
 from grain_dataset._next_index import get_next_index as get_next_index
@@ -70,6 +72,14 @@ from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterData
 from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._pad import batch_and_pad as batch_and_pad
 from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
+from grain_dataset._record_range_iter import RecordRangeIterDataset as RecordRangeIterDataset
+from grain_dataset._record_range_iter import (
+    ShardedJsonLinesIterDataset as ShardedJsonLinesIterDataset,
+)
+from grain_dataset._record_range_iter import ShardedParquetIterDataset as ShardedParquetIterDataset
+from grain_dataset._record_range_iter import (
+    ShardedTFRecordIterDataset as ShardedTFRecordIterDataset,
+)
 from grain_dataset._repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._rng import RngPool as RngPool
 from grain_dataset._stats import PipelineStats as PipelineStats
@@ -116,6 +126,7 @@ __all__ = [
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
+    "HFIterDataset",
     "InterleaveIterDataset",
     "IterDataset",
     "LimitIterDataset",
@@ -127,10 +138,14 @@ __all__ = [
     "RandomMapTransform",
     "ReadOptions",
     "RebatchIterDataset",
+    "RecordRangeIterDataset",
     "RepeatIterDataset",
     "RngPool",
     "ShapeDtypeStruct",
     "ShapeDtypeStructProtocol",
+    "ShardedJsonLinesIterDataset",
+    "ShardedParquetIterDataset",
+    "ShardedTFRecordIterDataset",
     "StageStats",
     "TFRecordIterDataset",
     "TfRandomMap",

@@ -19,6 +19,7 @@ from grain_dataset import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset import FlatMapMapDataset as FlatMapMapDataset
 from grain_dataset import FlatMapTransform as FlatMapTransform
+from grain_dataset import HFIterDataset as HFIterDataset
 from grain_dataset import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset import LimitIterDataset as LimitIterDataset
 from grain_dataset import MapWithIndex as MapWithIndexTransform
@@ -28,6 +29,9 @@ from grain_dataset import RepeatIterDataset as RepeatIterDataset
 from grain_dataset import RngPool as RngPool
 from grain_dataset import ShapeDtypeStruct as ShapeDtypeStruct
 from grain_dataset import ShapeDtypeStructProtocol as ShapeDtypeStructProtocol
+from grain_dataset import ShardedJsonLinesIterDataset as ShardedJsonLinesIterDataset
+from grain_dataset import ShardedParquetIterDataset as ShardedParquetIterDataset
+from grain_dataset import ShardedTFRecordIterDataset as ShardedTFRecordIterDataset
 from grain_dataset import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset import ThreadPrefetchDatasetIterator as ThreadPrefetchDatasetIterator
 from grain_dataset import ThreadPrefetchIterDataset as ThreadPrefetchIterDataset
@@ -74,6 +78,7 @@ __all__ = [
     "FlatMapIterDataset",
     "FlatMapMapDataset",
     "FlatMapTransform",
+    "HFIterDataset",
     "InterleaveIterDataset",
     "LimitIterDataset",
     "MapWithIndexTransform",
@@ -85,6 +90,9 @@ __all__ = [
     "RngPool",
     "ShapeDtypeStruct",
     "ShapeDtypeStructProtocol",
+    "ShardedJsonLinesIterDataset",
+    "ShardedParquetIterDataset",
+    "ShardedTFRecordIterDataset",
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",
     "ThreadPrefetchIterDataset",
