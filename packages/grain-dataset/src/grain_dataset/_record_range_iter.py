@@ -14,8 +14,9 @@ So the records an iterator reads are a progression ``start + step * k`` for k
 in [0, length), and its state is two integers: ``{"next": k, "record": the
 number of the next record}`` (the second lets `set_state` refuse a state of
 another shard; a state with k = 0 fits any, as mp_prefetch gives each worker
-the initial state of an iterator made outside the workers). Restoring reads only from that record on: a Parquet row group
-and an offset in it, a TFRecord or JSON-lines byte offset.
+the initial state of an iterator made outside the workers). Restoring reads
+only from that record on: a Parquet row group and an offset in it, a TFRecord
+or JSON-lines byte offset.
 """
 
 from __future__ import annotations
