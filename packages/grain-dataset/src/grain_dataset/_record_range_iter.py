@@ -119,6 +119,7 @@ class _RecordRangeIterator(DatasetIterator[T]):
         offset = k - self._block_start
         if not 0 <= offset < len(self._block):
             if k >= self._length:
+                self._reader.close()
                 raise StopIteration
             ks = np.arange(k, min(k + _BLOCK, self._length), dtype=np.int64)
             self._block = self._reader.read(self._start + self._step * ks)

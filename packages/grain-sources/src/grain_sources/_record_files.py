@@ -104,15 +104,26 @@ def _is_url(path: str) -> bool:
 
 
 class _FileReader(abc.ABC):
-    """Reads the records of one file at sorted record numbers."""
+    """Reads the records of one file at sorted record numbers.
+
+    Like a generator, a reader dropped without `close()` (an iterator left
+    unfinished) releases its file when garbage collected, without a warning.
+    """
+
+    _file: Any = None
 
     @abc.abstractmethod
     def take(self, indices: np.ndarray) -> list[Any]:
         """The records at `indices` (increasing, within the file)."""
 
-    @abc.abstractmethod
     def close(self) -> None:
-        """Releases the file."""
+        """Releases the file (idempotent)."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 class RecordReader:
@@ -237,7 +248,7 @@ class _ParquetFile(_FileReader):
 
     def close(self) -> None:
         self._table, self._group = None, -1
-        self._file.close()
+        super().close()
 
 
 # -- TFRecord -----------------------------------------------------------------------
@@ -301,9 +312,6 @@ class _TFRecordFile(_FileReader):
                 )
             records.append(record)
         return records
-
-    def close(self) -> None:
-        self._file.close()
 
 
 # -- JSON lines ---------------------------------------------------------------------
@@ -379,6 +387,3 @@ class _JsonLinesFile(_FileReader):
                     f"{start}) is not JSON ({error}): fix or remove that line."
                 ) from error
         return records
-
-    def close(self) -> None:
-        self._file.close()
