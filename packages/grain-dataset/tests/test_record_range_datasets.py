@@ -172,7 +172,7 @@ def test_state_is_two_integers_and_restores_only_into_its_shard(paths):
 def test_bad_arguments_say_what_to_pass(paths, tmp_path):
     with pytest.raises(ValueError, match=r"`shard_index` must be in \[0, shard_count\)"):
         ShardedParquetIterDataset(paths["parquet"], shard_options=ShardOptions(8, 8))
-    with pytest.raises(TypeError, match="must be a grain.sharding.ShardOptions"):
+    with pytest.raises(TypeError, match=r"must be a grain\.sharding\.ShardOptions"):
         ShardedJsonLinesIterDataset(paths["jsonl"], shard_options=(0, 2))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         ShardedTFRecordIterDataset([paths["tfrecord"][0], str(tmp_path / "gone.tfrecord")])
