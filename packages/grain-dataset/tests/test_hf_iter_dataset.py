@@ -134,6 +134,16 @@ def test_a_shuffle_buffer_resumes_by_replay_and_says_what_it_costs(files):
     assert head + _ids(resumed) == whole
 
 
+def test_a_batched_arrow_map_resumes_by_replay(files):
+    def double(table):
+        return table.set_column(0, "id", pa.compute.multiply(table["id"], 2))
+
+    hf = _stream(files).with_format("arrow").map(double, batched=True, batch_size=7)
+    ds = HFIterDataset(hf.with_format(None))
+    assert ds.replays_on_restore
+    assert not HFIterDataset(_stream(files).map(lambda r: r)).replays_on_restore
+
+
 def test_replay_can_be_asked_for(files):
     ds = HFIterDataset(_stream(files).filter(_keep), resume="replay")
     iterator = iter(ds)

@@ -14,8 +14,9 @@ Resume. The state holds the HF dataset's own ``state_dict()`` (a shard number
 and an example number in it; with row-group shards that is a row group and an
 offset) and the number of elements read. Where the HF state is exact, a fresh
 iterator loads it and reads on from there. Where it is not (a shuffle buffer,
-whose contents HF drops on resume; datasets older than 5.0.1, which lost
-elements after a filter) or when asked with ``resume="replay"``, a restore
+whose contents HF drops on resume; a batched map over Arrow-formatted data,
+which may skip a batch; datasets older than 5.0.1, which lost elements after
+a filter) or when asked with ``resume="replay"``, a restore
 reads the stream again from the start and discards the elements before the
 saved position, with a warning naming how many: slow, but nothing is lost or
 repeated.
@@ -61,9 +62,14 @@ def _chain(ex_iterable: Any) -> Iterator[Any]:
 def _inexact_reason(hf: Any) -> str | None:
     """Why HF's state_dict would not resume `hf` exactly, or None where it does."""
     datasets = _datasets()
-    names = {type(node).__name__ for node in _chain(getattr(hf, "_ex_iterable", None))}
+    nodes = list(_chain(getattr(hf, "_ex_iterable", None)))
+    names = {type(node).__name__ for node in nodes}
     if "BufferShuffledExamplesIterable" in names:
         return "the dataset has a shuffle buffer, whose elements HF's state_dict drops"
+    for node in nodes:
+        formatting = getattr(node, "formatting", None)
+        if getattr(node, "batched", False) and getattr(formatting, "format_type", None) == "arrow":
+            return "a batched map over Arrow-formatted data may skip a batch on HF's resume"
     version = tuple(int(part) for part in datasets.__version__.split(".")[:3] if part.isdigit())
     if "FilteredExamplesIterable" in names and version < (5, 0, 1):
         return (
