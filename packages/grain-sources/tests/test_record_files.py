@@ -13,6 +13,7 @@ from grain_sources import (
     JsonLinesRecordFiles,
     ParquetRecordFiles,
     TFRecordRecordFiles,
+    _record_files,
     write_tfrecord,
     write_tfrecord_index,
 )
@@ -164,3 +165,30 @@ def test_a_damaged_tfrecord_fails_with_its_offset(tmp_path):
     # verify_crc=False reads it as it is.
     with TFRecordRecordFiles(str(path), verify_crc=False).reader() as reader:
         assert len(reader.read(np.array([1]))[0]) == 10
+
+
+_LINES = [b"", b" ", b"\r", b"\t \r", b" \x0b\x0c ", b'{"a": 1}', b' {"b": 2} \r', b"[1, 2, 3]"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(_LINES), max_size=30),
+    tail=st.sampled_from([b"", b"\n", b"\n\n", b" "]),
+    chunk=st.integers(1, 48),
+)
+def test_json_lines_are_found_across_any_chunking(lines, tail, chunk, tmp_path_factory):
+    data = b"\n".join(lines) + tail
+    path = tmp_path_factory.mktemp("lines") / "data.jsonl"
+    path.write_bytes(data)
+    expected, position = [], 0
+    for line in data.split(b"\n"):
+        if line.strip():
+            expected.append((position, position + len(line)))
+        position += len(line) + 1
+    original = _record_files._CHUNK_BYTES
+    _record_files._CHUNK_BYTES = chunk  # small chunks cut lines anywhere
+    try:
+        starts, ends = _record_files._line_spans(str(path))
+    finally:
+        _record_files._CHUNK_BYTES = original
+    assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == expected

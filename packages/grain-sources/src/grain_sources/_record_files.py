@@ -320,9 +320,9 @@ class _TFRecordFile(_FileReader):
 class JsonLinesRecordFiles(RecordFiles):
     """The lines of JSON-lines files, each parsed with ``json.loads``, numbered across the files.
 
-    Empty lines, and short ones (up to 8 bytes) of only whitespace such as a
-    lone carriage return, are not records; any other line that is not JSON
-    raises a ValueError naming the file, the record number and its byte offset.
+    Lines of only whitespace (empty, or a lone carriage return) are not
+    records; any other line that is not JSON raises a ValueError naming the
+    file, the record number and its byte offset.
     """
 
     format = "JSON-lines"
@@ -335,31 +335,37 @@ class JsonLinesRecordFiles(RecordFiles):
 
 
 def _line_spans(path: str) -> tuple[np.ndarray, np.ndarray]:
-    """[start, end) byte offsets of every non-blank line of `path` (end before its newline)."""
-    breaks: list[np.ndarray] = []
-    size = 0
+    """[start, end) byte offsets of every line of `path` holding more than whitespace.
+
+    One pass over the bytes in chunks, vectorized: the newlines' positions, and
+    per line the count of bytes that are not whitespace (``np.add.reduceat``
+    over the chunk's lines; a line cut by a chunk's end carries its count on).
+    """
+    newlines: list[np.ndarray] = []
+    solid: list[np.ndarray] = []  # per complete line: its bytes that are not whitespace
+    size = carry = 0
     with open(path, "rb") as file:
         while chunk := file.read(_CHUNK_BYTES):
             data = np.frombuffer(chunk, dtype=np.uint8)
-            breaks.append(np.flatnonzero(data == 10) + size)
+            breaks = np.flatnonzero(data == 10)
+            # Whitespace is space and \t \n \v \f \r (9-13), as str.strip() sees bytes.
+            text = (data != 32) & ((data < 9) | (data > 13))
+            segments = np.concatenate([[0], breaks + 1])
+            segments = segments[segments < len(data)]
+            counts = np.add.reduceat(text, segments, dtype=np.int64)
+            counts[0] += carry
+            if len(breaks) and breaks[-1] == len(data) - 1:
+                carry = 0  # the chunk ends with a newline: every segment is a whole line
+            else:
+                carry, counts = int(counts[-1]), counts[:-1]
+            newlines.append(breaks + size)
+            solid.append(counts)
             size += len(chunk)
-    newlines = np.concatenate(breaks) if breaks else np.empty(0, np.int64)
-    starts = np.concatenate([[0], newlines + 1]).astype(np.int64)
-    ends = np.concatenate([newlines, [size]]).astype(np.int64)
-    keep = ends > starts
-    starts, ends = starts[keep], ends[keep]
-    # Short lines may be blank (whitespace only); look at those alone, not at every line.
-    short = np.flatnonzero(ends - starts <= 8)
-    if len(short):
-        with open(path, "rb") as file:
-            blank = []
-            for i in short.tolist():
-                file.seek(int(starts[i]))
-                if not file.read(int(ends[i] - starts[i])).strip():
-                    blank.append(i)
-        if blank:
-            starts, ends = np.delete(starts, blank), np.delete(ends, blank)
-    return starts, ends
+    ends = np.concatenate([*newlines, [size]]).astype(np.int64)
+    starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
+    counts = np.concatenate([*solid, [carry]]).astype(np.int64)
+    keep = counts > 0
+    return starts[keep], ends[keep]
 
 
 class _JsonLinesFile(_FileReader):
