@@ -160,7 +160,7 @@ class HFIterDataset(IterDataset[Any]):
             if count == 1:
                 continue
             if stride == 1:
-                if hf.num_shards < count and hasattr(hf, "reshard"):  # datasets >= 4.1
+                if hf.num_shards < count and hasattr(hf, "reshard"):  # recent datasets only
                     hf = hf.reshard()  # Parquet: one HF shard per row group
                 if hf.num_shards >= count:
                     hf = hf.shard(num_shards=count, index=index, contiguous=True)
