@@ -19,6 +19,7 @@ from grain_dataset import (
     ShardedJsonLinesIterDataset,
     ShardedParquetIterDataset,
     ShardedTFRecordIterDataset,
+    _record_range_iter,
     assert_equal_output_after_checkpoint,
 )
 from grain_dataset.extension import iter_worker_slice
@@ -36,6 +37,15 @@ KINDS = ("parquet", "tfrecord", "jsonl")
 
 def _row(i):
     return {"id": i, "text": "x" * (i % 7)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_blocks():
+    # Iterators read 1024 records per block: with 7, these files take many blocks,
+    # and restores land inside blocks and on their edges.
+    original, _record_range_iter._BLOCK = _record_range_iter._BLOCK, 7
+    yield
+    _record_range_iter._BLOCK = original
 
 
 @pytest.fixture(scope="module")

@@ -38,9 +38,9 @@ from grain_sources import (
 
 T = TypeVar("T")
 
-# Records read in one call of the files' reader: a few hundred keeps the per-call
-# cost (numpy locate, a Python loop per file) small and the held records few.
-_BLOCK = 256
+# Records read in one call of the files' reader: enough that the per-call cost (numpy
+# locate, one Arrow conversion) is small per record, few enough to hold.
+_BLOCK = 1024
 
 
 class RecordRangeIterDataset(IterDataset[T]):

@@ -36,7 +36,7 @@ from grain_sources._file_index import by_file, locate
 from grain_sources._paths import expand
 from grain_sources._tfrecord import read_record
 
-_CHUNK_BYTES = 16 << 20
+_CHUNK_BYTES = 4 << 20
 _PARQUET_ROWS = 1024
 
 
@@ -240,10 +240,15 @@ class _ParquetFile(_FileReader):
                 self._group = group
             start = int(self._ends[group]) - self._table.num_rows
             wanted = indices[where] - start
-            # Converting to Python objects is the cost: convert only the rows taken.
+            # Converting to Python objects is the cost: convert only the rows taken, a
+            # run of consecutive rows as a zero-copy slice, others gathered by `take`.
             for begin in range(0, len(wanted), _PARQUET_ROWS):
                 part = wanted[begin : begin + _PARQUET_ROWS]
-                rows.extend(self._table.take(part).to_pylist())
+                first, count = int(part[0]), len(part)
+                if int(part[-1]) - first == count - 1:
+                    rows.extend(self._table.slice(first, count).to_pylist())
+                else:
+                    rows.extend(self._table.take(part).to_pylist())
         return rows
 
     def close(self) -> None:
@@ -348,8 +353,11 @@ def _line_spans(path: str) -> tuple[np.ndarray, np.ndarray]:
         while chunk := file.read(_CHUNK_BYTES):
             data = np.frombuffer(chunk, dtype=np.uint8)
             breaks = np.flatnonzero(data == 10)
-            # Whitespace is space and \t \n \v \f \r (9-13), as str.strip() sees bytes.
-            text = (data != 32) & ((data < 9) | (data > 13))
+            # Whitespace is space and \t \n \v \f \r (9-13), as str.strip() sees bytes;
+            # in place, so a chunk costs a few times its size at most.
+            text = data > 13
+            text |= data < 9
+            text &= data != 32
             segments = np.concatenate([[0], breaks + 1])
             segments = segments[segments < len(data)]
             counts = np.add.reduceat(text, segments, dtype=np.int64)
