@@ -343,12 +343,13 @@ def _line_spans(path: str) -> tuple[np.ndarray, np.ndarray]:
     """[start, end) byte offsets of every line of `path` holding more than whitespace.
 
     One pass over the bytes in chunks, vectorized: the newlines' positions, and
-    per line the count of bytes that are not whitespace (``np.add.reduceat``
-    over the chunk's lines; a line cut by a chunk's end carries its count on).
+    per line whether any byte is not whitespace (``np.logical_or.reduceat``
+    over the chunk's lines, bool in and out: no wider copy of the chunk; a
+    line cut by a chunk's end carries its answer on).
     """
     newlines: list[np.ndarray] = []
-    solid: list[np.ndarray] = []  # per complete line: its bytes that are not whitespace
-    size = carry = 0
+    solid: list[np.ndarray] = []  # per complete line: whether it holds more than whitespace
+    size, carry = 0, False
     with open(path, "rb") as file:
         while chunk := file.read(_CHUNK_BYTES):
             data = np.frombuffer(chunk, dtype=np.uint8)
@@ -360,19 +361,18 @@ def _line_spans(path: str) -> tuple[np.ndarray, np.ndarray]:
             text &= data != 32
             segments = np.concatenate([[0], breaks + 1])
             segments = segments[segments < len(data)]
-            counts = np.add.reduceat(text, segments, dtype=np.int64)
-            counts[0] += carry
+            lines = np.logical_or.reduceat(text, segments)
+            lines[0] |= carry
             if len(breaks) and breaks[-1] == len(data) - 1:
-                carry = 0  # the chunk ends with a newline: every segment is a whole line
+                carry = False  # the chunk ends with a newline: every segment is a whole line
             else:
-                carry, counts = int(counts[-1]), counts[:-1]
+                carry, lines = bool(lines[-1]), lines[:-1]
             newlines.append(breaks + size)
-            solid.append(counts)
+            solid.append(lines)
             size += len(chunk)
     ends = np.concatenate([*newlines, [size]]).astype(np.int64)
     starts = np.concatenate([[0], ends[:-1] + 1]).astype(np.int64)
-    counts = np.concatenate([*solid, [carry]]).astype(np.int64)
-    keep = counts > 0
+    keep = np.concatenate([*solid, [carry]]).astype(bool)
     return starts[keep], ends[keep]
 
 
