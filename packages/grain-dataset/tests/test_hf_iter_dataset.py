@@ -6,6 +6,7 @@ packaged "parquet" and "json" builders, offline.
 
 import json
 import os
+import sys
 import warnings
 
 import pytest
@@ -205,3 +206,9 @@ def test_bad_input_says_what_to_pass(files):
         pytest.raises(ValueError, match="stream ends after 150 element"),
     ):
         replaying.set_state({"hf": None, "read": 151})
+
+
+def test_without_the_datasets_package_the_error_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # `import datasets` raises ImportError
+    with pytest.raises(ImportError, match="pip install datasets"):
+        HFIterDataset(object())
