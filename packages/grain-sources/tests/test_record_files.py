@@ -118,6 +118,14 @@ def test_positions_out_of_range_name_the_range(files, kind):
         reader.read(np.array([94, 95]))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_positions_that_do_not_increase_are_refused(files, kind):
+    with files[kind].reader() as reader:
+        for positions in ([5, 3], [4, 4], [1, 60, 2]):
+            with pytest.raises(ValueError, match="must increase"):
+                reader.read(np.array(positions))
+
+
 def test_missing_files_and_urls_fail_at_construction(tmp_path):
     for cls in (ParquetRecordFiles, TFRecordRecordFiles, JsonLinesRecordFiles):
         with pytest.raises(NoSuchFileError, match="does not exist"):

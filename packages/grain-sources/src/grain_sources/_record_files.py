@@ -152,6 +152,11 @@ class RecordReader:
                 f"record numbers must be in [0, {total}) for {self._files!r}, got "
                 f"{int(positions[0])}..{int(positions[-1])}."
             )
+        if len(positions) > 1 and not (np.diff(positions) > 0).all():
+            raise ValueError(
+                "record numbers must increase (each file is read forward, once per call): "
+                "sort them, and read repeated numbers once."
+            )
         files, local = locate(self._files._ends, self._files._starts, positions)
         records: list[Any] = []
         # Positions increase, so by_file's groups are the files in order, each read once.
