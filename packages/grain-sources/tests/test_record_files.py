@@ -1,5 +1,6 @@
 """RecordFiles: records of several files numbered end to end, read at any increasing positions."""
 
+import concurrent.futures
 import json
 import pickle
 
@@ -12,6 +13,7 @@ from grain_sources import (
     CorruptRecordError,
     JsonLinesRecordFiles,
     ParquetRecordFiles,
+    RecordFilesDataSource,
     TFRecordRecordFiles,
     _record_files,
     write_tfrecord,
@@ -200,3 +202,37 @@ def test_json_lines_are_found_across_any_chunking(lines, tail, chunk, tmp_path_f
     finally:
         _record_files._CHUNK_BYTES = original
     assert list(zip(starts.tolist(), ends.tolist(), strict=True)) == expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_random_access_source_reads_any_indices(files, kind):
+    source = RecordFilesDataSource(files[kind])
+    assert len(source) == sum(SIZES)
+    assert _decode(kind, source[-1]) == ALL[-1]
+    assert _decode(kind, source[40]) == ALL[40]
+    indices = [90, 3, 40, 3, 0, 94, 40]
+    got = source.__getitems__(indices)
+    assert [_decode(kind, r) for r in got] == [ALL[i] for i in indices]
+    if kind != "tfrecord":  # bytes are immutable; dicts asked for twice are two objects
+        assert got[1] is not got[3]
+        assert got[2] is not got[6]
+    with pytest.raises(IndexError, match="out of range"):
+        source[95]
+    copy = pickle.loads(pickle.dumps(source))
+    assert [_decode(kind, r) for r in copy.__getitems__([94, 0])] == [ALL[94], ALL[0]]
+
+
+@pytest.mark.timeout(60)
+def test_the_random_access_source_reads_from_many_threads(files):
+    source = RecordFilesDataSource(files["parquet"])
+    rng = np.random.default_rng(0)
+    chunks = [rng.integers(0, sum(SIZES), size=20) for _ in range(40)]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(source.__getitems__, chunks))
+    for chunk, rows in zip(chunks, results, strict=True):
+        assert rows == [ALL[i] for i in chunk.tolist()]
+
+
+def test_the_random_access_source_takes_record_files_only():
+    with pytest.raises(TypeError, match="RecordFiles"):
+        RecordFilesDataSource(["a.parquet"])

@@ -253,6 +253,7 @@ EXPORTS = {
         "JsonLinesRecordFiles",
         "ParquetRecordFiles",
         "RecordFiles",
+        "RecordFilesDataSource",
         "RecordReader",
         "TFRecordRecordFiles",
         "RandomAccessDataSource",

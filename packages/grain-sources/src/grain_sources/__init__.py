@@ -12,8 +12,9 @@ random-access source lives in a module of its own (`_array_record`, `_range`,
 `_tfrecord` and `_parquet` are resumable sequential readers
 that grain_dataset wraps as IterDatasets (`_tfrecord_stream` reads TFRecord
 from a stream the caller opened; `_record_files` numbers the records of
-many files for record-range shards); `_writer` makes ArrayRecord files;
-`_paths`, `_checks`, `_progress`, `_crc32c` and `_resumable` are what they share.
+many files for record-range shards, `_record_source` reads them at random);
+`_writer` makes ArrayRecord files; `_paths`, `_checks`, `_progress`,
+`_crc32c` and `_resumable` are what they share.
 """
 
 from grain_sources._array_record import ArrayRecordDataSource as ArrayRecordDataSource
@@ -33,6 +34,7 @@ from grain_sources._record_files import ParquetRecordFiles as ParquetRecordFiles
 from grain_sources._record_files import RecordFiles as RecordFiles
 from grain_sources._record_files import RecordReader as RecordReader
 from grain_sources._record_files import TFRecordRecordFiles as TFRecordRecordFiles
+from grain_sources._record_source import RecordFilesDataSource as RecordFilesDataSource
 from grain_sources._shared_memory import InMemoryDataSource as InMemoryDataSource
 from grain_sources._shared_memory import SharedMemoryDataSource as SharedMemoryDataSource
 from grain_sources._tfrecord import CorruptRecordError as CorruptRecordError
@@ -59,6 +61,7 @@ __all__ = [
     "RandomAccessDataSource",
     "RangeDataSource",
     "RecordFiles",
+    "RecordFilesDataSource",
     "RecordReader",
     "RetryPolicy",
     "SharedMemoryDataSource",
