@@ -12,9 +12,11 @@ after another (A/B interleaved within a round):
 
   read_*      rows/s of one whole pass, one process, no workers:
               parquet_iter (the per-file ParquetIterDataset, the reference),
-              sharded_parquet, sharded_jsonl, sharded_tfrecord, hf_raw (iterating
-              the HF streaming dataset itself, the reference for HF), hf_iter
-              (HFIterDataset over it).
+              sharded_parquet, record_source (the Parquet files as a
+              RecordFilesDataSource through ``MapDataset.source(...)
+              .to_iter_dataset(ReadOptions(num_threads=0))``), sharded_jsonl,
+              sharded_tfrecord, hf_raw (iterating the HF streaming dataset
+              itself, the reference for HF), hf_iter (HFIterDataset over it).
   restore_*   seconds from a fresh iterator's set_state at row 3/4 of the data
               to its first element (the cost of resuming): parquet_iter,
               sharded_parquet, sharded_jsonl (includes the line index pass),
@@ -91,6 +93,12 @@ def make(case: str, paths: dict[str, list[str]]):
         return exp.ShardedJsonLinesIterDataset(paths["jsonl"])
     if case == "sharded_tfrecord":
         return exp.ShardedTFRecordIterDataset(paths["tfrecord"])
+    if case == "record_source":
+        from grain_sources import ParquetRecordFiles, RecordFilesDataSource
+
+        source = RecordFilesDataSource(ParquetRecordFiles(paths["parquet"]))
+        read = grain.ReadOptions(num_threads=0)
+        return grain.MapDataset.source(source).to_iter_dataset(read)
     if case == "hf_raw":
         return hf_stream(paths)
     if case in ("hf_iter", "hf_state"):
@@ -164,7 +172,8 @@ def main() -> int:
         paths = write_data(root, args.rows)
         total = 2 * args.rows
         position = total * 3 // 4
-        reads = ["parquet_iter", "sharded_parquet", "sharded_jsonl", "sharded_tfrecord"]
+        reads = ["parquet_iter", "sharded_parquet", "record_source", "sharded_jsonl"]
+        reads += ["sharded_tfrecord"]
         reads += ["hf_raw", "hf_iter"]
         restores = ["parquet_iter", "sharded_parquet", "sharded_jsonl", "hf_state"]
         restores += ["hf_state_reshard", "hf_replay"]
