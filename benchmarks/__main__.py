@@ -118,6 +118,10 @@ SIZES["token_budget"] = {
     "full": ["--repeats", "5", "--size", "20000"],
     "quick": ["--repeats", "1", "--size", "2000"],
 }
+SIZES["streaming_sources"] = {
+    "full": ["--rows", "100000", "--repeats", "3"],
+    "quick": ["--rows", "10000", "--repeats", "1"],
+}
 SIZES["stage_chain"] = {
     "full": ["--size", "200000"],
     "quick": ["--size", "20000"],
@@ -584,6 +588,46 @@ def bench_index_shuffle(ctx: Context) -> list[Row]:
 
 def bench_pipeline(ctx: Context) -> list[Row]:
     return _versus_upstream(ctx, "pipeline", "elements/s")
+
+
+def bench_streaming_sources(ctx: Context) -> list[Row]:
+    """streaming_sources.py: each reader against the per-file reader (HF: HF itself)."""
+    lines, _ = ctx.run("streaming_sources", ctx.sizes("streaming_sources"))
+    cases = {line["case"]: line for line in lines}
+    rows = []
+    for case, line in cases.items():
+        if case.startswith("read_") and case not in ("read_parquet_iter", "read_hf_raw"):
+            peer = "read_hf_raw" if case.startswith("read_hf") else "read_parquet_iter"
+            rows.append(
+                Row(
+                    "streaming_sources",
+                    case,
+                    "rows/s",
+                    line["rows_per_s"],
+                    peer,
+                    "HF's own iteration" if peer == "read_hf_raw" else "ParquetIterDataset",
+                    cases[peer]["rows_per_s"],
+                    ok=True,
+                )
+            )
+        elif case.startswith("restore_") and case != "restore_hf_replay":
+            peer = "restore_hf_replay" if "hf" in case else "restore_parquet_iter"
+            rows.append(
+                Row(
+                    "streaming_sources",
+                    case,
+                    "s to resume",
+                    line["seconds"],
+                    peer,
+                    "replaying" if "hf" in case else "ParquetIterDataset's restore",
+                    cases[peer]["seconds"],
+                    higher_is_better=False,
+                    ok=True,
+                    note=f"at row {line['at_row']}; peak {line['peak_python_mb']} MB Python, "
+                    f"{line['arrow_mb']} MB Arrow",
+                )
+            )
+    return rows
 
 
 def bench_stage_chain(ctx: Context) -> list[Row]:
@@ -1336,6 +1380,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "token_budget": bench_token_budget,
     "llm_tokens": bench_llm_tokens,
     "stage_chain": bench_stage_chain,
+    "streaming_sources": bench_streaming_sources,
 }
 
 PEERS = {
@@ -1358,6 +1403,7 @@ PEERS = {
     "token_budget": "fixed-size batches",
     "llm_tokens": UPSTREAM,
     "stage_chain": UPSTREAM,
+    "streaming_sources": "ParquetIterDataset, HF's own iteration",
 }
 
 

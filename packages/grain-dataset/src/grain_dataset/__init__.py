@@ -12,6 +12,7 @@ this package attaches them all:
   _read_ahead, _daemon_pool                                     to_iter_dataset's threads
   _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
   _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
+  _record_range_iter, _hf_iter                                  sharded streaming sources
   _packing, _concat_split, _token_budget                        sequence models: pack, batch
   _cost_mix                                                     mix(costs=...): by tokens
   _thread_prefetch                                              a background thread per stage

@@ -14,11 +14,20 @@ from grain_dataset._file_iter import ParquetIterDataset as ParquetIterDataset
 from grain_dataset._file_iter import TFRecordIterDataset as TFRecordIterDataset
 from grain_dataset._flat_map import FlatMapIterDataset as FlatMapIterDataset
 from grain_dataset._flat_map import FlatMapMapDataset as FlatMapMapDataset
+from grain_dataset._hf_iter import HFIterDataset as HFIterDataset
 from grain_dataset._interleave import InterleaveIterDataset as InterleaveIterDataset
 from grain_dataset._limit import LimitIterDataset as LimitIterDataset
 from grain_dataset._packing import BestFitPackIterDataset as BestFitPackIterDataset
 from grain_dataset._packing import FirstFitPackIterDataset as FirstFitPackIterDataset
 from grain_dataset._rebatch import RebatchIterDataset as RebatchIterDataset
+from grain_dataset._record_range_iter import RecordRangeIterDataset as RecordRangeIterDataset
+from grain_dataset._record_range_iter import (
+    ShardedJsonLinesIterDataset as ShardedJsonLinesIterDataset,
+)
+from grain_dataset._record_range_iter import ShardedParquetIterDataset as ShardedParquetIterDataset
+from grain_dataset._record_range_iter import (
+    ShardedTFRecordIterDataset as ShardedTFRecordIterDataset,
+)
 from grain_dataset._repeat import RepeatIterDataset as RepeatIterDataset
 from grain_dataset._skip import SkipIterDataset as SkipIterDataset
 from grain_dataset._thread_prefetch import (
@@ -42,11 +51,16 @@ __all__ = [
     "FirstFitPackIterDataset",
     "FlatMapIterDataset",
     "FlatMapMapDataset",
+    "HFIterDataset",
     "InterleaveIterDataset",
     "LimitIterDataset",
     "ParquetIterDataset",
     "RebatchIterDataset",
+    "RecordRangeIterDataset",
     "RepeatIterDataset",
+    "ShardedJsonLinesIterDataset",
+    "ShardedParquetIterDataset",
+    "ShardedTFRecordIterDataset",
     "SkipIterDataset",
     "TFRecordIterDataset",
     "ThreadPrefetchDatasetIterator",

@@ -11,8 +11,10 @@ random-access source lives in a module of its own (`_array_record`, `_range`,
 `_riegeli`, `_highwayhash` and the range-read layer `_object_store`);
 `_tfrecord` and `_parquet` are resumable sequential readers
 that grain_dataset wraps as IterDatasets (`_tfrecord_stream` reads TFRecord
-from a stream the caller opened); `_writer` makes ArrayRecord files;
-`_paths`, `_checks`, `_progress`, `_crc32c` and `_resumable` are what they share.
+from a stream the caller opened; `_record_files` numbers the records of
+many files for record-range shards, `_record_source` reads them at random);
+`_writer` makes ArrayRecord files; `_paths`, `_checks`, `_progress`,
+`_crc32c` and `_resumable` are what they share.
 """
 
 from grain_sources._array_record import ArrayRecordDataSource as ArrayRecordDataSource
@@ -27,6 +29,12 @@ from grain_sources._parquet import ParquetReader as ParquetReader
 from grain_sources._protocol import RandomAccessDataSource as RandomAccessDataSource
 from grain_sources._protocol import reads_in_batches as reads_in_batches
 from grain_sources._range import RangeDataSource as RangeDataSource
+from grain_sources._record_files import JsonLinesRecordFiles as JsonLinesRecordFiles
+from grain_sources._record_files import ParquetRecordFiles as ParquetRecordFiles
+from grain_sources._record_files import RecordFiles as RecordFiles
+from grain_sources._record_files import RecordReader as RecordReader
+from grain_sources._record_files import TFRecordRecordFiles as TFRecordRecordFiles
+from grain_sources._record_source import RecordFilesDataSource as RecordFilesDataSource
 from grain_sources._shared_memory import InMemoryDataSource as InMemoryDataSource
 from grain_sources._shared_memory import SharedMemoryDataSource as SharedMemoryDataSource
 from grain_sources._tfrecord import CorruptRecordError as CorruptRecordError
@@ -44,16 +52,22 @@ __all__ = [
     "BlockShuffle",
     "CorruptRecordError",
     "InMemoryDataSource",
+    "JsonLinesRecordFiles",
     "ObjectAccessDeniedError",
     "ObjectStore",
     "ObjectStoreError",
     "ParquetReader",
+    "ParquetRecordFiles",
     "RandomAccessDataSource",
     "RangeDataSource",
+    "RecordFiles",
+    "RecordFilesDataSource",
+    "RecordReader",
     "RetryPolicy",
     "SharedMemoryDataSource",
     "TFRecordDataSource",
     "TFRecordReader",
+    "TFRecordRecordFiles",
     "TFRecordStreamReader",
     "TruncatedRecordError",
     "is_url",
