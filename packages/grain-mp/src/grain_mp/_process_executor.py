@@ -311,15 +311,16 @@ class ProcessExecutor:
         # bound (device_put's buffers) would get copies it does not need.
         self._collect(reader)
         held = self._held[index]
-        name = payload.segment
+        names = payload.names  # usually one; more where batches were stacked into their own
         # Zero copy: the arrays are views of the segment, which goes back to the
         # worker once they are garbage collected; past the bound, a copy.
-        zero_copy = name is not None and len(held) < HELD_BY_CONSUMER
+        zero_copy = bool(names) and len(held) < HELD_BY_CONSUMER
         element = reader.decode(payload, copy=not zero_copy)
-        if name is not None:
-            self._owner[name] = index
+        if names:
+            for name in names:
+                self._owner[name] = index
             if zero_copy:
-                held.add(name)
+                held.update(names)
             else:
                 self._collect(reader)  # copied out: the segment is free at once
         self._owed[index] += 1

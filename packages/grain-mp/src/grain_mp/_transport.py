@@ -68,11 +68,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import math
 import mmap
 import os
 import pickle
 import queue
 import struct
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
@@ -111,8 +113,8 @@ class Payload(NamedTuple):
     """One encoded element: small and picklable; the arrays' data is in `segment`.
 
     Attributes:
-        segment: the segment holding the arrays, or None if the element has none
-            (then nothing is lent, and nothing needs releasing).
+        segment: the segment holding the arrays copied in, or None if there are
+            none (then only the segments of `own`, if any, are lent).
         generation: which lending of `segment` this payload belongs to.
         leaves: ``(offset, shape, dtype string, Fortran order)`` of each array.
         skeleton: the element pickled with the arrays replaced by placeholders.
@@ -127,6 +129,18 @@ class Payload(NamedTuple):
     generation: int
     leaves: tuple[tuple[int, tuple[int, ...], str, bool], ...]
     skeleton: bytes
+    own: tuple[tuple[int, str, int], ...] = ()
+    """``(leaf index, segment, generation)`` of each array that was stacked straight
+    into a segment of its own (`SegmentPool.empty`): that leaf's offset is in that
+    segment, not in `segment`."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every segment the payload lends (released each on its own)."""
+        if not self.own:  # the common case, on every element's way
+            return () if self.segment is None else (self.segment,)
+        own = tuple(name for _, name, _ in self.own)
+        return own if self.segment is None else (self.segment, *own)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A NamedTuple pickles through copyreg and __getnewargs__, Python calls per
@@ -140,9 +154,10 @@ def _payload(
     generation: int,
     leaves: tuple[tuple[int, tuple[int, ...], str, bool], ...],
     skeleton: bytes,
+    own: tuple[tuple[int, str, int], ...] = (),
 ) -> Payload:
     """Unpickles a `Payload` (see `Payload.__reduce__`)."""
-    return Payload(segment, generation, leaves, skeleton)
+    return Payload(segment, generation, leaves, skeleton, own)
 
 
 def _view(shape: Any, dtype: Any, buffer: Any, offset: int, fortran: bool) -> np.ndarray:
@@ -240,6 +255,17 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def _layout(arrays: list[np.ndarray], indices: list[int], start: int) -> tuple[dict[int, int], int]:
+    """Offsets of `arrays[i]` for i in `indices`, back to back and aligned from `start`; the end."""
+    offsets = {}
+    position = start
+    for index in indices:
+        position = -(-position // _ALIGN) * _ALIGN
+        offsets[index] = position
+        position += arrays[index].nbytes
+    return offsets, position
+
+
 def _size_class(nbytes: int) -> int:
     return max(MIN_SEGMENT_BYTES, 1 << (nbytes - 1).bit_length())
 
@@ -264,14 +290,39 @@ class _Segment:
 class _PoolState:
     """A pool's segments, apart from the pool so that its finalizer can hold them."""
 
-    __slots__ = ("closed", "free", "lent", "owner_pid", "pid")
+    __slots__ = ("alive", "closed", "free", "lent", "owner_pid", "pid")
 
     def __init__(self, owner_pid: int) -> None:
         self.pid = os.getpid()
         self.owner_pid = owner_pid
         self.free: dict[int, list[_Segment]] = {}
         self.lent: dict[str, _Segment] = {}
+        # Segments under an array of `SegmentPool.empty` that is still alive here
+        # (lent or not): reused only once that array is gone.
+        self.alive: dict[str, _Segment] = {}
         self.closed = False
+
+
+class _Owned:
+    """An array `SegmentPool.empty` handed out: its segment, and what it was made as."""
+
+    __slots__ = ("dtype", "key", "ref", "segment", "shape")
+
+    def __init__(self, array: np.ndarray, segment: _Segment, on_death: Any) -> None:
+        self.ref = weakref.ref(array, on_death)
+        self.key = id(array)
+        self.segment = segment
+        self.shape = array.shape
+        self.dtype = array.dtype
+
+    def whole(self, array: np.ndarray) -> bool:
+        """Whether `array` is this very array, with its shape, dtype and layout unchanged."""
+        return (
+            self.ref() is array
+            and array.shape == self.shape
+            and array.dtype == self.dtype
+            and array.flags.c_contiguous
+        )
 
 
 def _close_pool(state: _PoolState) -> None:
@@ -279,9 +330,12 @@ def _close_pool(state: _PoolState) -> None:
         return
     state.closed = True
     free = [segment for segments in state.free.values() for segment in segments]
+    # Never sent (an error, a filter, an early close): nobody else will unlink them.
+    free += [segment for name, segment in state.alive.items() if name not in state.lent]
     lent = list(state.lent.values())
     state.free.clear()
     state.lent.clear()
+    state.alive.clear()
     # A forked child inherits the pool's objects: only the creating process unlinks.
     creator = os.getpid() == state.pid
     owner_gone = state.owner_pid != state.pid and not process_alive(state.owner_pid)
@@ -299,7 +353,9 @@ def _close_pool(state: _PoolState) -> None:
 class SegmentPool:
     """The worker side: encodes elements into reusable shared memory segments.
 
-    One pool per worker process, used from one thread at a time.
+    One pool per worker process. `encode`, `reclaim` and `close` are called
+    from one thread at a time; `empty` from any thread (the read-ahead threads
+    that stack batches), alongside them.
 
     Example::
 
@@ -354,6 +410,15 @@ class SegmentPool:
         self._on_fallback = on_fallback
         self._fallback_told = False
         self._skeletons: dict[tuple[str, ...], bytes] = {}
+        # `empty`'s arrays: by the id of the array (encode looks them up) and by the
+        # id of its weak reference (whose callback appends it to `_dead`, in whatever
+        # thread drops the array: deque.append, no Python code, as in SegmentReader).
+        self._owned: dict[int, _Owned] = {}
+        self._owned_refs: dict[int, _Owned] = {}
+        self._dead: collections.deque[weakref.ref[Any]] = collections.deque()
+        # `empty` runs in reader threads while encode runs in the worker's loop:
+        # every change of the segments' bookkeeping holds this lock (copies do not).
+        self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
 
     @property
@@ -380,6 +445,10 @@ class SegmentPool:
     def encode(self, element: Any) -> Payload:
         """Encodes `element`, lending a segment if it holds large arrays.
 
+        An array that `empty` handed out, whole and not lent yet, is lent in its
+        own segment without a copy; every other large array is copied, into the
+        free room after such an array when it fits there, else into one segment.
+
         Example::
 
             payload = pool.encode({"image": np.zeros((224, 224, 3), np.uint8), "id": 7})
@@ -388,7 +457,8 @@ class SegmentPool:
         if state.closed:
             raise ValueError("This SegmentPool is closed; create a new one to encode.")
         if self._max_lent is not None and len(state.lent) >= self._max_lent:
-            self._drain()
+            with self._lock:
+                self._drain()
             if len(state.lent) >= self._max_lent:
                 # Every lent segment is still in use: send this element in the pickle.
                 return Payload(None, 0, (), _pickle_whole(element))
@@ -403,30 +473,133 @@ class SegmentPool:
             skeleton = buffer.getvalue()
             if not arrays:
                 return Payload(None, 0, (), skeleton)
+        own = self._own_segments(arrays) if self._owned else {}
+        copied = [index for index in range(len(arrays)) if index not in own]
+        segment = None  # where the copies go
+        if own:
+            # The first own array's segment takes the copies too when they fit after it.
+            first = next(iter(own))
+            host = own[first]
+            offsets, end = _layout(arrays, copied, _DATA_AT + arrays[first].nbytes)
+            if end <= host.size:
+                segment = host
+                del own[first]
+                offsets[first] = _DATA_AT
+        if segment is None and copied:
+            offsets, end = _layout(arrays, copied, _DATA_AT)
+            with self._lock:
+                segment = self._acquire(end)
+            if segment is None:  # no room: the pipe carries any element
+                return Payload(None, 0, (), _pickle_whole(element))
         leaves = []
-        position = _DATA_AT
-        for array in arrays:
-            position = -(-position // _ALIGN) * _ALIGN
+        for index, array in enumerate(arrays):
             # Keep Fortran order (a transposed view, say): copying stays linear.
             fortran = array.flags.f_contiguous and not array.flags.c_contiguous
-            leaves.append((position, array.shape, array.dtype.str, fortran))
-            position += array.nbytes
-        segment = self._acquire(position)
-        if segment is None:  # no room: the pipe carries any element
-            return Payload(None, 0, (), _pickle_whole(element))
-        try:
-            mapping = segment.mapping
-            for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):
-                target = _view(shape, array.dtype, mapping, offset, fortran)
-                np.copyto(target, array)
-            del target
-            segment.generation += 1
-            _HEADER.pack_into(mapping, 0, _MAGIC, segment.generation)
-        except BaseException:
-            state.free.setdefault(segment.size, []).append(segment)
-            raise
-        state.lent[segment.name] = segment
-        return Payload(segment.name, segment.generation, tuple(leaves), skeleton)
+            leaves.append((offsets.get(index, _DATA_AT), array.shape, array.dtype.str, fortran))
+        if segment is not None:
+            try:
+                mapping = segment.mapping
+                for index in copied:
+                    offset, shape, _, fortran = leaves[index]
+                    target = _view(shape, arrays[index].dtype, mapping, offset, fortran)
+                    np.copyto(target, arrays[index])
+                    del target
+            except BaseException:
+                if segment.name not in state.alive:
+                    with self._lock:
+                        state.free.setdefault(segment.size, []).append(segment)
+                raise
+        with self._lock:
+            if segment is not None:
+                self._lend(segment)
+            lent_own = tuple((index, one.name, self._lend(one)) for index, one in own.items())
+        if segment is None:
+            return Payload(None, 0, tuple(leaves), skeleton, lent_own)
+        return Payload(segment.name, segment.generation, tuple(leaves), skeleton, lent_own)
+
+    def _lend(self, segment: _Segment) -> int:
+        """Marks `segment` lent under a new generation (written in its header); returns it."""
+        segment.generation += 1
+        _HEADER.pack_into(segment.mapping, 0, _MAGIC, segment.generation)
+        self._state.lent[segment.name] = segment
+        return segment.generation
+
+    def _own_segments(self, arrays: list[np.ndarray]) -> dict[int, _Segment]:
+        """Index -> segment of each array of `arrays` that `empty` made, whole and not lent.
+
+        A view of such an array, or one that a later stage replaced, is not found
+        here and is copied like any other array.
+        """
+        lent = self._state.lent
+        found = {}
+        with self._lock:
+            self._settle()
+            owned = self._owned
+            for index, array in enumerate(arrays):
+                entry = owned.get(id(array))
+                if entry is not None and entry.whole(array) and entry.segment.name not in lent:
+                    found[index] = entry.segment
+        return found
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """An empty C-ordered array over a segment of its own, or None (then use numpy).
+
+        Installed as the worker's batch allocator (`grain_dataset.extension.
+        set_batch_allocator`), so that batches are stacked straight into shared
+        memory: `encode` then lends the array's segment as it is, without
+        copying, if the array reaches it whole. Arrays smaller than
+        `empty_min_bytes`, of dtypes the transport copies by pickle, asked for in
+        a forked child or after `close` get None. Thread-safe. The segment is
+        reused once the array is garbage collected here and (if it was sent)
+        released by the parent; `close` unlinks those never sent.
+
+        Example::
+
+            batch = pool.empty((128, 224, 224, 3), np.uint8)
+            np.stack(images, out=batch)
+            payload = pool.encode(batch)  # no copy: payload.own names its segment
+        """
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        state = self._state
+        if nbytes < self.empty_min_bytes or dtype.kind not in _SHARED_KINDS:
+            return None
+        if state.closed or os.getpid() != state.pid:
+            return None
+        with self._lock:
+            self._settle()
+            segment = self._take_free(_DATA_AT + nbytes)
+        if segment is None:
+            segment = self._create(_DATA_AT + nbytes)
+            if segment is None:
+                return None
+        array = _view(shape, dtype, segment.mapping, _DATA_AT, False)
+        entry = _Owned(array, segment, self._dead.append)
+        with self._lock:
+            if state.closed:  # closed meanwhile: this segment was never seen by close
+                unlink_segment(segment.name)
+                return None
+            self._owned[entry.key] = entry
+            self._owned_refs[id(entry.ref)] = entry
+            state.alive[segment.name] = segment
+        return array
+
+    @property
+    def empty_min_bytes(self) -> int:
+        """`empty` declines smaller arrays: a segment of their own would be mostly unused."""
+        return max(self._min_bytes, MIN_SEGMENT_BYTES // 2)
+
+    def _settle(self) -> None:
+        """Frees the segments of `empty`'s arrays that died here and are not lent (lock held)."""
+        dead, state = self._dead, self._state
+        while dead:
+            entry = self._owned_refs.pop(id(dead.popleft()))
+            if self._owned.get(entry.key) is entry:  # the id may be a newer array's by now
+                del self._owned[entry.key]
+            segment = entry.segment
+            state.alive.pop(segment.name, None)
+            if segment.name not in state.lent and not state.closed:
+                state.free.setdefault(segment.size, []).append(segment)
 
     def _fell_back(self, error: OSError, nbytes: int) -> None:
         if self._fallback_told:
@@ -488,6 +661,11 @@ class SegmentPool:
         Raises:
             ValueError: the name is not lent by this pool (released twice?).
         """
+        with self._lock:
+            self._reclaim(name)
+
+    def _reclaim(self, name: str | Iterable[str]) -> None:
+        """`reclaim`, with the lock held."""
         state = self._state
         if state.closed:
             return  # closing already settled every segment
@@ -499,9 +677,12 @@ class SegmentPool:
                     f"twice, or belongs to another worker. Release each payload's "
                     f"segment once, to the pool that encoded it."
                 )
-            state.free.setdefault(segment.size, []).append(segment)
+            # Under an array of `empty` still alive here: free once it dies (`_settle`).
+            if one not in state.alive:
+                state.free.setdefault(segment.size, []).append(segment)
 
     def _drain(self) -> None:
+        """Takes back the names waiting on `returns` (lock held)."""
         returns = self._returns
         if returns is None:
             return
@@ -511,22 +692,28 @@ class SegmentPool:
                     item = returns.get_nowait()
                 except queue.Empty:
                     return
-                self.reclaim(item)
+                self._reclaim(item)
         else:
             while returns.poll():
-                self.reclaim(returns.recv())
+                self._reclaim(returns.recv())
 
     def _acquire(self, nbytes: int) -> _Segment | None:
         """A free segment of `nbytes` or more, else a new one; None if none can be made."""
-        size = _size_class(nbytes)
-        state = self._state
-        free = state.free.setdefault(size, [])
+        segment = self._take_free(nbytes)
+        return self._create(nbytes) if segment is None else segment
+
+    def _take_free(self, nbytes: int) -> _Segment | None:
+        """A free segment of `nbytes` or more (lock held), None if there is none."""
+        free = self._state.free.setdefault(_size_class(nbytes), [])
         if not free:
             self._drain()
-        if free:
-            return free.pop()
+        return free.pop() if free else None
+
+    def _create(self, nbytes: int) -> _Segment | None:
+        """A new segment of `nbytes` or more; None if none can be made (said once)."""
+        size = _size_class(nbytes)
         try:
-            name, mapping = create_unique_segment(size, state.owner_pid)
+            name, mapping = create_unique_segment(size, self._state.owner_pid)
         except OSError as error:  # a full /dev/shm, a file-size limit (see the module doc)
             self._fell_back(error, nbytes)
             return None
@@ -540,10 +727,11 @@ class SegmentPool:
         """
         if self._state.closed:
             return
-        # A parent that went away may leave the channel broken: close regardless.
-        with contextlib.suppress(EOFError, OSError, ValueError):
-            self._drain()
-        self._finalizer()
+        with self._lock:
+            # A parent that went away may leave the channel broken: close regardless.
+            with contextlib.suppress(EOFError, OSError, ValueError):
+                self._drain()
+            self._finalizer()
 
     def __enter__(self) -> SegmentPool:
         return self
@@ -643,35 +831,63 @@ class SegmentReader:
             raise ValueError("This SegmentReader is closed; create a new one to decode.")
         self._deliver()
         name = payload.segment
-        if name is None:
+        if payload.own:
+            arrays = self._own_arrays(payload, copy)
+        elif name is None:
             return _Unpickler(io.BytesIO(payload.skeleton), []).load()
+        else:
+            arrays = self._arrays(name, payload.generation, payload.leaves, copy)
+        if payload.skeleton == _SINGLE_SKELETON:
+            return arrays[0]
+        return _Unpickler(io.BytesIO(payload.skeleton), arrays).load()
+
+    def _arrays(
+        self,
+        name: str,
+        generation: int,
+        leaves: Iterable[tuple[int, tuple[int, ...], str, bool]],
+        copy: bool,
+    ) -> list[np.ndarray]:
+        """The arrays at `leaves` of segment `name`, lent under `generation`: copies or views."""
         mapping = self._mapping(name)
-        _check_generation(mapping, payload)
+        _check_generation(mapping, name, generation)
         if copy:
             arrays = [
                 np.ndarray(shape, dtype, mapping, offset, order="F" if fortran else "C").copy(
                     order="K"
                 )
-                for offset, shape, dtype, fortran in payload.leaves
+                for offset, shape, dtype, fortran in leaves
             ]
             # Had the worker rewritten the segment meanwhile, the copies would mix elements.
-            _check_generation(mapping, payload)
+            _check_generation(mapping, name, generation)
             self._released(name)
-        else:
-            # Every view's base is this lease (numpy collapses view chains onto the
-            # first array whose base is not an array), so its weak reference's
-            # callback runs exactly when the last view of this element dies.
-            lease = np.frombuffer(mapping, np.uint8)
-            arrays = [
-                _view(shape, dtype, lease, offset, fortran)
-                for offset, shape, dtype, fortran in payload.leaves
-            ]
-            reference = weakref.ref(lease, self._dead.append)
-            self._leases[id(reference)] = (reference, name)
-            del lease
-        if payload.skeleton == _SINGLE_SKELETON:
-            return arrays[0]
-        return _Unpickler(io.BytesIO(payload.skeleton), arrays).load()
+            return arrays
+        # Every view's base is this lease (numpy collapses view chains onto the
+        # first array whose base is not an array), so its weak reference's
+        # callback runs exactly when the last view of this segment dies.
+        lease = np.frombuffer(mapping, np.uint8)
+        arrays = [
+            _view(shape, dtype, lease, offset, fortran) for offset, shape, dtype, fortran in leaves
+        ]
+        reference = weakref.ref(lease, self._dead.append)
+        self._leases[id(reference)] = (reference, name)
+        return arrays
+
+    def _own_arrays(self, payload: Payload, copy: bool) -> list[np.ndarray]:
+        """The arrays of a payload that lends several segments (`Payload.own`), in order."""
+        leaves = payload.leaves
+        arrays: list[Any] = [None] * len(leaves)
+        own = {index for index, _, _ in payload.own}
+        for index, name, generation in payload.own:
+            (arrays[index],) = self._arrays(name, generation, [leaves[index]], copy)
+        rest = [index for index in range(len(leaves)) if index not in own]
+        if payload.segment is not None:
+            found = self._arrays(
+                payload.segment, payload.generation, [leaves[i] for i in rest], copy
+            )
+            for index, array in zip(rest, found, strict=True):
+                arrays[index] = array
+        return arrays
 
     def take_released(self) -> list[str]:
         """The names released since the last call (only without a `release` callback).
@@ -740,12 +956,12 @@ class SegmentReader:
         return f"SegmentReader(mapped={len(state.mappings)}, seen={len(state.seen)}{closed})"
 
 
-def _check_generation(mapping: mmap.mmap, payload: Payload) -> None:
+def _check_generation(mapping: mmap.mmap, name: str, expected: int) -> None:
     magic, generation = _HEADER.unpack_from(mapping, 0)
-    if magic != _MAGIC or generation != payload.generation:
+    if magic != _MAGIC or generation != expected:
         raise RuntimeError(
-            f"Shared memory segment {payload.segment!r} now holds generation "
-            f"{generation}, not the payload's {payload.generation}: it was lent again "
+            f"Shared memory segment {name!r} now holds generation "
+            f"{generation}, not the payload's {expected}: it was lent again "
             f"before this payload was decoded. Release a segment only after decoding "
             f"its payload, and only once."
         )
