@@ -71,7 +71,8 @@ def _assert_same(got, want):
         for g, w in zip(got, want, strict=True):
             _assert_same(g, w)
     else:
-        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.dtype == want.dtype
+        assert got.shape == want.shape
         assert got.flags.c_contiguous == want.flags.c_contiguous
         np.testing.assert_array_equal(got, want)
 
@@ -88,9 +89,11 @@ def test_stacked_arrays_go_to_the_allocators_memory_with_the_same_batch(install)
     _assert_same(got, want)
     # Every array stacked from equal arrays came from the allocator; scalars and
     # strings (converted, not stacked) did not.
-    assert recorder.gave(got["image"]) and recorder.gave(got["mask"])
+    assert recorder.gave(got["image"])
+    assert recorder.gave(got["mask"])
     assert recorder.gave(got["pair"][1])
-    assert not recorder.gave(got["label"]) and not recorder.gave(got["text"])
+    assert not recorder.gave(got["label"])
+    assert not recorder.gave(got["text"])
 
 
 def test_a_declining_allocator_leaves_the_memory_to_numpy(install):

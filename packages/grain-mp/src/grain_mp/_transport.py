@@ -304,12 +304,21 @@ class _PoolState:
 
 
 class _Owned:
-    """An array `SegmentPool.empty` handed out: its segment, and what it was made as."""
+    """An array `SegmentPool.empty` handed out: its segment, and what it was made as.
 
-    __slots__ = ("dtype", "key", "ref", "segment", "shape")
+    The array is a view of a lease, an array over the segment's mapping that
+    holds the mapping's buffer (so closing the mapping cannot unmap it). Every
+    view of the array, ours or the user's, has the lease as its base, so the
+    lease's weak reference (`ref`) dies exactly when the last of them does.
+    """
 
-    def __init__(self, array: np.ndarray, segment: _Segment, on_death: Any) -> None:
-        self.ref = weakref.ref(array, on_death)
+    __slots__ = ("array", "dtype", "key", "ref", "segment", "shape")
+
+    def __init__(
+        self, lease: np.ndarray, array: np.ndarray, segment: _Segment, on_death: Any
+    ) -> None:
+        self.ref = weakref.ref(lease, on_death)
+        self.array = weakref.ref(array)
         self.key = id(array)
         self.segment = segment
         self.shape = array.shape
@@ -318,7 +327,7 @@ class _Owned:
     def whole(self, array: np.ndarray) -> bool:
         """Whether `array` is this very array, with its shape, dtype and layout unchanged."""
         return (
-            self.ref() is array
+            self.array() is array
             and array.shape == self.shape
             and array.dtype == self.dtype
             and array.flags.c_contiguous
@@ -432,10 +441,12 @@ class SegmentPool:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names of every segment the pool holds, free or lent."""
+        """The names of every segment the pool holds: free, under an array of `empty`, or lent."""
         state = self._state
         free = [segment.name for segments in state.free.values() for segment in segments]
-        return (*free, *state.lent)
+        # Under arrays of `empty` alive here and not lent (those are in `lent`).
+        held = [name for name in state.alive if name not in state.lent]
+        return (*free, *held, *state.lent)
 
     @property
     def lent(self) -> int:
@@ -573,8 +584,11 @@ class SegmentPool:
             segment = self._create(_DATA_AT + nbytes)
             if segment is None:
                 return None
-        array = _view(shape, dtype, segment.mapping, _DATA_AT, False)
-        entry = _Owned(array, segment, self._dead.append)
+        count = nbytes // dtype.itemsize
+        lease = np.frombuffer(segment.mapping, dtype, count, _DATA_AT)
+        array = lease.reshape(shape)
+        entry = _Owned(lease, array, segment, self._dead.append)
+        del lease
         with self._lock:
             if state.closed:  # closed meanwhile: this segment was never seen by close
                 unlink_segment(segment.name)
