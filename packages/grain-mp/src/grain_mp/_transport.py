@@ -579,9 +579,15 @@ class SegmentPool:
             return None
         with self._lock:
             self._settle()
+            if self._max_lent is not None and len(state.alive) >= self._max_lent:
+                # Batches read ahead but not sent yet are bounded like lent ones: past
+                # that many, numpy's memory, so /dev/shm holds no more than before.
+                return None
             segment = self._take_free(_DATA_AT + nbytes)
         if segment is None:
-            segment = self._create(_DATA_AT + nbytes)
+            # No room in /dev/shm: numpy's memory, silently (encode says so if it
+            # cannot send the element through shared memory either).
+            segment = self._create(_DATA_AT + nbytes, quiet=True)
             if segment is None:
                 return None
         count = nbytes // dtype.itemsize
@@ -723,13 +729,14 @@ class SegmentPool:
             self._drain()
         return free.pop() if free else None
 
-    def _create(self, nbytes: int) -> _Segment | None:
-        """A new segment of `nbytes` or more; None if none can be made (said once)."""
+    def _create(self, nbytes: int, quiet: bool = False) -> _Segment | None:
+        """A new segment of `nbytes` or more; None if none can be made (said once unless quiet)."""
         size = _size_class(nbytes)
         try:
             name, mapping = create_unique_segment(size, self._state.owner_pid)
         except OSError as error:  # a full /dev/shm, a file-size limit (see the module doc)
-            self._fell_back(error, nbytes)
+            if not quiet:
+                self._fell_back(error, nbytes)
             return None
         return _Segment(name, size, mapping)
 
