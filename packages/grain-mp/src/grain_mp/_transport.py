@@ -11,6 +11,23 @@ offsets/shapes/dtypes, the pickled skeleton) that goes through any Queue or Pipe
 In the parent, `SegmentReader.decode` copies the arrays out of the segment into
 fresh numpy arrays (one copy each) and unpickles the skeleton around them.
 
+Batches stacked in place. A worker installs `SegmentPool.empty` as the batch
+allocator (`grain_dataset.extension.set_batch_allocator`): the default batch_fn
+stacks each large array of a batch (at least `empty_min_bytes`) straight into a
+fresh segment of its own, the array at the data offset. When such an array
+reaches `encode` whole (the very array, its shape and dtype unchanged, not lent
+yet), its segment is lent as it is: no copy. The element's other arrays are
+copied into the room left after it when they fit (one segment for the element,
+as usual), else into a segment of their own; `Payload.own` lists the arrays of
+further such segments. A view of the batch, or an array a later stage made
+instead, is copied like any array. Such a segment returns to the pool only once
+both sides let go of it: the parent released it and the worker's array (with
+every view of it) was garbage collected, so the worker's code never sees its
+batch rewritten. One never sent (a filter dropped the batch, an error) returns
+when its array dies, and `close` unlinks those still alive. A user's stage that
+keeps a batch and writes into it after yielding it would change what the parent
+reads; without workers it would change what the consumer holds just the same.
+
 Reuse. Segments are not created and unlinked per element. The pool *lends* a
 segment with each payload; once the parent has decoded it, the segment is free
 again and its name goes back to the worker (the reader hands it to the
