@@ -18,14 +18,6 @@ Usage: python benchmarks/mp.py [--repeats 3] [--batches 100] [--torch]
     of the parent and of the workers together (start-up included): on 2 cores the
     three processes share them, so the rate follows the sum.
 
-(c) With ``--large-batches N`` (ours only): 38.5 MB batches (256 ready 224x224x3 uint8
-    images, `MapDataset.batch`) through 2 workers, with the batches stacked straight into
-    shared memory (``new``) and, interleaved in the same run, stacked into numpy memory
-    and copied into a segment by the transport (``old``, the private flag
-    ``grain_mp._mp_worker._STACK_INTO_SHM``): MB/s from the first batch on, time to the
-    first batch, CPU time per batch of the parent and of the workers. Then the
-    worker's own time per batch in one process (stack, then encode), old and new.
-
 Outputs are checked: every batch has the expected shape and the first pixel of
 each image encodes its index, so a wrong or missing element fails `ok`.
 """
@@ -239,146 +231,15 @@ def _transport(args: argparse.Namespace) -> None:
     )
 
 
-LARGE_BATCH = 256
-LARGE_SHAPE = (224, 224, 3)
-_LARGE: list[np.ndarray] = []
-
-
-def _large_image(index: int) -> np.ndarray:
-    """One of 16 ready 224x224x3 images (made once per process); its first pixel is index % 16."""
-    if not _LARGE:
-        _LARGE.extend(np.full(LARGE_SHAPE, k, dtype=np.uint8) for k in range(16))
-    return _LARGE[index % 16]
-
-
-def _large_ok(batch: np.ndarray, index: int) -> bool:
-    start = index * LARGE_BATCH
-    firsts = batch[:, 0, 0, 0].astype(np.int64)
-    expected = (np.arange(start, start + LARGE_BATCH) % 16).astype(np.int64)
-    return batch.shape == (LARGE_BATCH, *LARGE_SHAPE) and bool((firsts == expected).all())
-
-
-def _large_batches(args: argparse.Namespace) -> None:
-    try:
-        from grain_dataset import stack
-        from grain_dataset.extension import set_batch_allocator
-        from grain_mp import _mp_worker
-        from grain_mp._transport import SegmentPool, SegmentReader
-    except ImportError:
-        _emit({"case": "large_batches", "skipped": "needs this repository's grain_mp"})
-        return
-    batches = args.large_batches
-    nbytes = LARGE_BATCH * int(np.prod(LARGE_SHAPE))
-    ds = (
-        grain.MapDataset.range(batches * LARGE_BATCH)
-        .map(_large_image)
-        .batch(LARGE_BATCH)
-        .to_iter_dataset(grain.ReadOptions(num_threads=0))
-        .mp_prefetch(grain.MultiprocessingOptions(num_workers=2))
-    )
-    results: dict[str, dict[str, list[float]]] = {}
-    ok = True
-    default = _mp_worker._STACK_INTO_SHM
-    try:
-        for _ in range(args.repeats):
-            for mode in ("old", "new"):
-                _mp_worker._STACK_INTO_SHM = mode == "new"  # forked workers inherit it
-                cpu_before, children_before = time.process_time(), _children_cpu()
-                begin = time.perf_counter()
-                start = 0.0
-                count = 0
-                for i, batch in enumerate(ds):
-                    if not i:
-                        start = time.perf_counter()
-                        first = start - begin
-                    ok = ok and _large_ok(batch, i)
-                    count += 1
-                    del batch
-                wall = time.perf_counter() - start
-                ok = ok and count == batches
-                result = results.setdefault(mode, {})
-                result.setdefault("walls", []).append(wall)
-                result.setdefault("firsts", []).append(first)
-                result.setdefault("parent", []).append((time.process_time() - cpu_before) / count)
-                result.setdefault("workers", []).append((_children_cpu() - children_before) / count)
-    finally:
-        _mp_worker._STACK_INTO_SHM = default
-    for mode in ("old", "new"):
-        result = results[mode]
-        _emit(
-            {
-                "case": f"large_batches_38mb_workers_2_{mode}",
-                "batches": batches,
-                "mb_per_s": round(
-                    (batches - 1) * nbytes / 1e6 / statistics.median(result["walls"]), 1
-                ),
-                "first_batch_s": round(statistics.median(result["firsts"]), 4),
-                "parent_cpu_ms_per_batch": round(statistics.median(result["parent"]) * 1e3, 2),
-                "workers_cpu_ms_per_batch": round(statistics.median(result["workers"]) * 1e3, 2),
-                "ok": bool(ok),
-            }
-        )
-    # The worker's own time per batch, in one process: stacking, then encoding it.
-    images = [_large_image(i) for i in range(LARGE_BATCH)]
-    pool = SegmentPool(owner_pid=os.getpid())
-    reader = SegmentReader(release=pool.reclaim)
-    times: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
-    clock = time.perf_counter
-    try:
-        for _ in range(max(5, 3 * args.repeats)):
-            for mode in ("old", "new"):
-                set_batch_allocator(pool.empty if mode == "new" else None)
-                began = clock()
-                batch = stack(images)
-                stacked = clock()
-                payload = pool.encode(batch)
-                encoded = clock()
-                del batch
-                element = reader.decode(payload, copy=False)  # the parent's zero-copy view
-                ok = ok and _large_ok(element, 0)
-                del element
-                reader.take_released()  # hands the name back (the release callback)
-                times[mode].setdefault("stack", []).append(stacked - began)
-                times[mode].setdefault("encode", []).append(encoded - stacked)
-                times[mode].setdefault("total", []).append(encoded - began)
-    finally:
-        set_batch_allocator(None)
-        reader.close()
-        pool.close()
-    medians = {
-        mode: {part: statistics.median(values) * 1e3 for part, values in parts.items()}
-        for mode, parts in times.items()
-    }
-    _emit(
-        {
-            "case": "worker_time_per_38mb_batch",
-            **{
-                f"{mode}_{part}_ms": round(ms, 2)
-                for mode, parts in medians.items()
-                for part, ms in parts.items()
-            },
-            "new_over_old_total": round(medians["new"]["total"] / medians["old"]["total"], 3),
-            "ok": bool(ok),
-        }
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--transport-elements", type=int, default=20000)
     parser.add_argument("--torch", action="store_true", help="add PyTorch's DataLoader")
-    parser.add_argument(
-        "--large-batches", type=int, default=0, help="(c): 38.5 MB batches per pass, old and new"
-    )
-    parser.add_argument("--only-large", action="store_true", help="run (c) alone")
     args = parser.parse_args(argv)
-    if not args.only_large:
-        _cpu_bound(args)
-        _transport(args)
-    if args.large_batches:
-        _large_batches(args)
+    _cpu_bound(args)
+    _transport(args)
 
 
 if __name__ == "__main__":
