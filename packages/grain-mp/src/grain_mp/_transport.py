@@ -585,7 +585,7 @@ class SegmentPool:
 
             batch = pool.empty((128, 224, 224, 3), np.uint8)
             np.stack(images, out=batch)
-            payload = pool.encode(batch)  # no copy: payload.own names its segment
+            payload = pool.encode(batch)  # no copy: payload.segment is the batch's
         """
         dtype = np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
