@@ -501,7 +501,41 @@ class SegmentPool:
             skeleton = buffer.getvalue()
             if not arrays:
                 return Payload(None, 0, (), skeleton)
-        own = self._own_segments(arrays) if self._owned else {}
+        if self._owned:  # arrays of `empty` are alive: some may travel in their segment
+            return self._encode_own(element, arrays, skeleton)
+        leaves = []
+        position = _DATA_AT
+        for array in arrays:
+            position = -(-position // _ALIGN) * _ALIGN
+            # Keep Fortran order (a transposed view, say): copying stays linear.
+            fortran = array.flags.f_contiguous and not array.flags.c_contiguous
+            leaves.append((position, array.shape, array.dtype.str, fortran))
+            position += array.nbytes
+        with self._lock:
+            segment = self._acquire(position)
+        if segment is None:  # no room: the pipe carries any element
+            return Payload(None, 0, (), _pickle_whole(element))
+        try:
+            mapping = segment.mapping
+            for array, (offset, shape, _, fortran) in zip(arrays, leaves, strict=True):
+                target = _view(shape, array.dtype, mapping, offset, fortran)
+                np.copyto(target, array)
+            del target
+        except BaseException:
+            with self._lock:
+                state.free.setdefault(segment.size, []).append(segment)
+            raise
+        # Not under the lock: only this thread lends, and a segment it just took from
+        # `free` (or made) is in no other thread's hands.
+        segment.generation += 1
+        _HEADER.pack_into(mapping, 0, _MAGIC, segment.generation)
+        state.lent[segment.name] = segment
+        return Payload(segment.name, segment.generation, tuple(leaves), skeleton)
+
+    def _encode_own(self, element: Any, arrays: list[np.ndarray], skeleton: bytes) -> Payload:
+        """`encode` of an element's `arrays` where some may be arrays of `empty`."""
+        state = self._state
+        own = self._own_segments(arrays)
         copied = [index for index in range(len(arrays)) if index not in own]
         segment = None  # where the copies go
         if own:
