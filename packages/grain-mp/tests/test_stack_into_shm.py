@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 import grain_dataset as gd
+from grain_dataset import MapTransform
 from grain_dataset.extension import batch_allocator
-from grain_mp import MultiprocessingOptions, _mp_worker
+from grain_index import IndexSampler, NoSharding
+from grain_mp import BatchOperation, DataLoader, MultiprocessingOptions, _mp_worker
 from grain_mp._sweep import parse_segment_name, segment_exists, segment_names
 from grain_mp._transport import MIN_SEGMENT_BYTES, SegmentPool, SegmentReader
 
@@ -354,3 +356,32 @@ def test_a_worker_killed_holding_stacked_batches_leaves_no_segment():
         for _ in ds:
             pass
     assert _ours() == set()
+
+
+class _ImageOf(MapTransform):
+    def map(self, element):
+        return _image(element)
+
+
+class _WithSegment(MapTransform):
+    def map(self, element):
+        return _with_segment(element)
+
+
+@pytest.mark.timeout(120)
+def test_the_data_loaders_batches_travel_in_the_segment_they_were_stacked_into():
+    count = 4 * SHAPE[0]
+    sampler = IndexSampler(num_records=count, shard_options=NoSharding(), num_epochs=1)
+    loader = DataLoader(
+        data_source=list(range(count)),
+        sampler=sampler,
+        operations=[_ImageOf(), BatchOperation(SHAPE[0]), _WithSegment()],
+        worker_count=1,
+    )
+    firsts = []
+    for batch, worker_segment in loader:
+        assert batch.shape == SHAPE
+        assert worker_segment is not None
+        assert _segment_of(batch) == worker_segment
+        firsts.append(int(batch[0, 0, 0, 0]))
+    assert firsts == [k * SHAPE[0] % 251 for k in range(4)]
