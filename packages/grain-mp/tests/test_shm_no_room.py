@@ -147,3 +147,40 @@ def test_mp_prefetch_workers_without_room_deliver_every_element_and_warn_once():
     assert len([w for w in caught if NO_ROOM in str(w.message)]) == 1
     assert str(caught[0].message).startswith("grain workers: Shared memory could not take")
     assert _ours() - before == set()
+
+
+def _stack_without_room():
+    from grain_dataset import stack
+    from grain_dataset.extension import set_batch_allocator
+
+    _limit_file_size()
+    pool = SegmentPool(owner_pid=os.getpid())
+    reader = SegmentReader(release=pool.reclaim)
+    set_batch_allocator(pool.empty)
+    images = [np.full(100_000, i, np.uint8) for i in range(8)]  # 800 KB batches
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batch = stack(images)  # numpy's memory: no segment could be made
+        in_numpy = batch.base is None
+        payload = pool.encode(batch)  # and the transport pickles it, saying so once
+        decoded = reader.decode(payload)
+    set_batch_allocator(None)
+    reader.close()
+    pool.close()
+    return {
+        "in_numpy": in_numpy,
+        "pickled": payload.segment is None and not payload.own,
+        "firsts": [int(row[0]) for row in decoded],
+        "warnings": [str(w.message) for w in caught],
+        "after_close": _created_here(),
+    }
+
+
+def test_batches_without_room_are_stacked_in_numpy_memory_and_said_once():
+    result = _in_a_child(_stack_without_room)
+    assert result["in_numpy"]
+    assert result["pickled"]
+    assert result["firsts"] == list(range(8))
+    [message] = result["warnings"]  # the transport's, not one per allocation
+    assert "travel pickled through the pipe instead" in message
+    assert result["after_close"] == []

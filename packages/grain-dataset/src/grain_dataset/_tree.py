@@ -21,6 +21,10 @@ and arrays of one dtype and shape stacked by ``np.array`` (half the cost of
 element. Where a level's check fails, the element-by-element walk (`_stack`)
 takes over that level: it gives the same result, and it is what finds the
 element that differs and names it in the error.
+
+Memory: where a batch allocator is installed (`_batch_memory`, a worker
+process's shared memory), equal C-ordered arrays are stacked into the memory it
+hands out instead of numpy's.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from grain_dataset import _batch_memory
 
 # False: always the element-by-element walk (tests compare the two; A/B benchmarks).
 _VECTORIZED = True
@@ -172,6 +178,10 @@ def _stack_arrays(values: list[Any]) -> np.ndarray | None:
         return None
     if set(map(_strides_of, values)) != {_c_strides(values[0].shape, dtype.itemsize)}:
         return None
+    if _batch_memory.allocator is not None:  # a worker's shared memory (`_batch_memory`)
+        result = _batch_memory.stack_into(values, dtype)
+        if result is not None:
+            return result
     try:
         result = np.array(values)
     except ValueError:  # leaves of different shapes

@@ -48,6 +48,10 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                (`PositionalSplit.assemble`), None if it is not positional;
                drops_positions(map_dataset): whether a stage can leave a
                position empty (a filter).
+  batches      set_batch_allocator(allocator): the memory the default batch_fn
+               stacks large arrays into, for this process (grain-mp's workers
+               hand out shared memory, so a batch is not copied again to
+               travel); batch_allocator() reads it; BatchAllocator, its type.
   sources      reads_in_batches(source): whether a source may be read with
                `__getitems__` (its class declares ``batched_reads = True``);
                every stage that reads a user's source decides with it, once
@@ -83,6 +87,9 @@ packages/grain/tests/test_layering.py, enforces it).
 
 from grain_dataset._base import INFINITE as INFINITE
 from grain_dataset._base import register as register
+from grain_dataset._batch_memory import BatchAllocator as BatchAllocator
+from grain_dataset._batch_memory import batch_allocator as batch_allocator
+from grain_dataset._batch_memory import set_batch_allocator as set_batch_allocator
 from grain_dataset._contract import IteratorTraits as IteratorTraits
 from grain_dataset._contract import IterStageTraits as IterStageTraits
 from grain_dataset._contract import MapTraits as MapTraits
@@ -126,6 +133,7 @@ __all__ = [
     "INFINITE",
     "POLL_S",
     "Anchor",
+    "BatchAllocator",
     "Checkpointable",
     "Directory",
     "IterStage",
@@ -141,6 +149,7 @@ __all__ = [
     "WeakRegistry",
     "WrongTypeError",
     "add_lock",
+    "batch_allocator",
     "check_below",
     "check_parents_state",
     "check_state",
@@ -159,6 +168,7 @@ __all__ = [
     "restore_all",
     "save_coroutine",
     "serialized",
+    "set_batch_allocator",
     "state_to_text",
     "write_state",
 ]

@@ -29,7 +29,7 @@ from multiprocessing import connection
 from typing import Any
 
 from grain_dataset import unstamped
-from grain_dataset.extension import iter_worker_slice
+from grain_dataset.extension import iter_worker_slice, set_batch_allocator
 from grain_mp._sweep import process_alive
 from grain_mp._transport import SegmentPool
 
@@ -46,6 +46,9 @@ ELEMENTS, END, ERROR, WARNING = "elements", "end", "error", "warning"
 # A worker sends up to _GROUP elements in one message, none held longer than _GROUP_S.
 _GROUP = 8
 _GROUP_S = 0.0005
+# Batches stacked straight into shared memory (`SegmentPool.empty`), so that encode
+# need not copy them; False: into numpy's memory, copied by encode (A/B benchmarks).
+_STACK_INTO_SHM = True
 
 
 class _Terminated(SystemExit):
@@ -93,6 +96,10 @@ def worker_main(
     # parent, a read) per element was a third of the transport cost.
     group: list[tuple[Any, Any]] = []
     produced: int | None = None  # elements of this worker's slice so far, once it runs
+    if _STACK_INTO_SHM:
+        # The default batch_fn stacks large arrays into the pool's segments; encode
+        # then lends a batch that arrives whole as it is, with no second copy.
+        set_batch_allocator(pool.empty)
     try:
         if isinstance(dataset, bytes):  # not forked: the pipeline and init fn, pickled
             dataset, worker_init_fn = pickle.loads(dataset)
@@ -161,6 +168,7 @@ def worker_main(
         where = where_it_failed(produced, worker_index, worker_count, sequential_slice)
         _send_error(out, where, error)
     finally:
+        set_batch_allocator(None)
         pool.close()
 
 

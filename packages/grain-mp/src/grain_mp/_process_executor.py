@@ -312,16 +312,22 @@ class ProcessExecutor:
         self._collect(reader)
         held = self._held[index]
         name = payload.segment
+        # Batches stacked into segments of their own may bring more (`Payload.own`).
+        own = payload.own
         # Zero copy: the arrays are views of the segment, which goes back to the
         # worker once they are garbage collected; past the bound, a copy.
-        zero_copy = name is not None and len(held) < HELD_BY_CONSUMER
+        zero_copy = (name is not None or bool(own)) and len(held) < HELD_BY_CONSUMER
         element = reader.decode(payload, copy=not zero_copy)
         if name is not None:
             self._owner[name] = index
             if zero_copy:
                 held.add(name)
-            else:
-                self._collect(reader)  # copied out: the segment is free at once
+        for _, other, _ in own:
+            self._owner[other] = index
+            if zero_copy:
+                held.add(other)
+        if not zero_copy and (name is not None or own):
+            self._collect(reader)  # copied out: the segments are free at once
         self._owed[index] += 1
         if self._owed[index] >= self._grant_every:
             self._workers[index].grant(self._owed[index], self._released[index])  # type: ignore[index]

@@ -11,6 +11,23 @@ offsets/shapes/dtypes, the pickled skeleton) that goes through any Queue or Pipe
 In the parent, `SegmentReader.decode` copies the arrays out of the segment into
 fresh numpy arrays (one copy each) and unpickles the skeleton around them.
 
+Batches stacked in place. A worker installs `SegmentPool.empty` as the batch
+allocator (`grain_dataset.extension.set_batch_allocator`): the default batch_fn
+stacks each large array of a batch (at least `empty_min_bytes`) straight into a
+fresh segment of its own, the array at the data offset. When such an array
+reaches `encode` whole (the very array, its shape and dtype unchanged, not lent
+yet), its segment is lent as it is: no copy. The element's other arrays are
+copied into the room left after it when they fit (one segment for the element,
+as usual), else into a segment of their own; `Payload.own` lists the arrays of
+further such segments. A view of the batch, or an array a later stage made
+instead, is copied like any array. Such a segment returns to the pool only once
+both sides let go of it: the parent released it and the worker's array (with
+every view of it) was garbage collected, so the worker's code never sees its
+batch rewritten. One never sent (a filter dropped the batch, an error) returns
+when its array dies, and `close` unlinks those still alive. A user's stage that
+keeps a batch and writes into it after yielding it would change what the parent
+reads; without workers it would change what the consumer holds just the same.
+
 Reuse. Segments are not created and unlinked per element. The pool *lends* a
 segment with each payload; once the parent has decoded it, the segment is free
 again and its name goes back to the worker (the reader hands it to the
@@ -68,11 +85,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import math
 import mmap
 import os
 import pickle
 import queue
 import struct
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
@@ -111,8 +130,8 @@ class Payload(NamedTuple):
     """One encoded element: small and picklable; the arrays' data is in `segment`.
 
     Attributes:
-        segment: the segment holding the arrays, or None if the element has none
-            (then nothing is lent, and nothing needs releasing).
+        segment: the segment holding the arrays copied in, or None if there are
+            none (then only the segments of `own`, if any, are lent).
         generation: which lending of `segment` this payload belongs to.
         leaves: ``(offset, shape, dtype string, Fortran order)`` of each array.
         skeleton: the element pickled with the arrays replaced by placeholders.
@@ -127,6 +146,18 @@ class Payload(NamedTuple):
     generation: int
     leaves: tuple[tuple[int, tuple[int, ...], str, bool], ...]
     skeleton: bytes
+    own: tuple[tuple[int, str, int], ...] = ()
+    """``(leaf index, segment, generation)`` of each array that was stacked straight
+    into a segment of its own (`SegmentPool.empty`): that leaf's offset is in that
+    segment, not in `segment`."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every segment the payload lends (released each on its own)."""
+        if not self.own:  # the common case, on every element's way
+            return () if self.segment is None else (self.segment,)
+        own = tuple(name for _, name, _ in self.own)
+        return own if self.segment is None else (self.segment, *own)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A NamedTuple pickles through copyreg and __getnewargs__, Python calls per
@@ -140,9 +171,10 @@ def _payload(
     generation: int,
     leaves: tuple[tuple[int, tuple[int, ...], str, bool], ...],
     skeleton: bytes,
+    own: tuple[tuple[int, str, int], ...] = (),
 ) -> Payload:
     """Unpickles a `Payload` (see `Payload.__reduce__`)."""
-    return Payload(segment, generation, leaves, skeleton)
+    return Payload(segment, generation, leaves, skeleton, own)
 
 
 def _view(shape: Any, dtype: Any, buffer: Any, offset: int, fortran: bool) -> np.ndarray:
@@ -240,6 +272,17 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
+def _layout(arrays: list[np.ndarray], indices: list[int], start: int) -> tuple[dict[int, int], int]:
+    """Offsets of `arrays[i]` for i in `indices`, back to back and aligned from `start`; the end."""
+    offsets = {}
+    position = start
+    for index in indices:
+        position = -(-position // _ALIGN) * _ALIGN
+        offsets[index] = position
+        position += arrays[index].nbytes
+    return offsets, position
+
+
 def _size_class(nbytes: int) -> int:
     return max(MIN_SEGMENT_BYTES, 1 << (nbytes - 1).bit_length())
 
@@ -264,14 +307,48 @@ class _Segment:
 class _PoolState:
     """A pool's segments, apart from the pool so that its finalizer can hold them."""
 
-    __slots__ = ("closed", "free", "lent", "owner_pid", "pid")
+    __slots__ = ("alive", "closed", "free", "lent", "owner_pid", "pid")
 
     def __init__(self, owner_pid: int) -> None:
         self.pid = os.getpid()
         self.owner_pid = owner_pid
         self.free: dict[int, list[_Segment]] = {}
         self.lent: dict[str, _Segment] = {}
+        # Segments under an array of `SegmentPool.empty` that is still alive here
+        # (lent or not): reused only once that array is gone.
+        self.alive: dict[str, _Segment] = {}
         self.closed = False
+
+
+class _Owned:
+    """An array `SegmentPool.empty` handed out: its segment, and what it was made as.
+
+    The array is a view of a lease, an array over the segment's mapping that
+    holds the mapping's buffer (so closing the mapping cannot unmap it). Every
+    view of the array, ours or the user's, has the lease as its base, so the
+    lease's weak reference (`ref`) dies exactly when the last of them does.
+    """
+
+    __slots__ = ("array", "dtype", "key", "ref", "segment", "shape")
+
+    def __init__(
+        self, lease: np.ndarray, array: np.ndarray, segment: _Segment, on_death: Any
+    ) -> None:
+        self.ref = weakref.ref(lease, on_death)
+        self.array = weakref.ref(array)
+        self.key = id(array)
+        self.segment = segment
+        self.shape = array.shape
+        self.dtype = array.dtype
+
+    def whole(self, array: np.ndarray) -> bool:
+        """Whether `array` is this very array, with its shape, dtype and layout unchanged."""
+        return (
+            self.array() is array
+            and array.shape == self.shape
+            and array.dtype == self.dtype
+            and array.flags.c_contiguous
+        )
 
 
 def _close_pool(state: _PoolState) -> None:
@@ -279,9 +356,12 @@ def _close_pool(state: _PoolState) -> None:
         return
     state.closed = True
     free = [segment for segments in state.free.values() for segment in segments]
+    # Never sent (an error, a filter, an early close): nobody else will unlink them.
+    free += [segment for name, segment in state.alive.items() if name not in state.lent]
     lent = list(state.lent.values())
     state.free.clear()
     state.lent.clear()
+    state.alive.clear()
     # A forked child inherits the pool's objects: only the creating process unlinks.
     creator = os.getpid() == state.pid
     owner_gone = state.owner_pid != state.pid and not process_alive(state.owner_pid)
@@ -299,7 +379,9 @@ def _close_pool(state: _PoolState) -> None:
 class SegmentPool:
     """The worker side: encodes elements into reusable shared memory segments.
 
-    One pool per worker process, used from one thread at a time.
+    One pool per worker process. `encode`, `reclaim` and `close` are called
+    from one thread at a time; `empty` from any thread (the read-ahead threads
+    that stack batches), alongside them.
 
     Example::
 
@@ -354,6 +436,15 @@ class SegmentPool:
         self._on_fallback = on_fallback
         self._fallback_told = False
         self._skeletons: dict[tuple[str, ...], bytes] = {}
+        # `empty`'s arrays: by the id of the array (encode looks them up) and by the
+        # id of its weak reference (whose callback appends it to `_dead`, in whatever
+        # thread drops the array: deque.append, no Python code, as in SegmentReader).
+        self._owned: dict[int, _Owned] = {}
+        self._owned_refs: dict[int, _Owned] = {}
+        self._dead: collections.deque[weakref.ref[Any]] = collections.deque()
+        # `empty` runs in reader threads while encode runs in the worker's loop:
+        # every change of the segments' bookkeeping holds this lock (copies do not).
+        self._lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _close_pool, self._state)
 
     @property
@@ -367,10 +458,12 @@ class SegmentPool:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names of every segment the pool holds, free or lent."""
+        """The names of every segment the pool holds: free, under an array of `empty`, or lent."""
         state = self._state
         free = [segment.name for segments in state.free.values() for segment in segments]
-        return (*free, *state.lent)
+        # Under arrays of `empty` alive here and not lent (those are in `lent`).
+        held = [name for name in state.alive if name not in state.lent]
+        return (*free, *held, *state.lent)
 
     @property
     def lent(self) -> int:
@@ -380,6 +473,10 @@ class SegmentPool:
     def encode(self, element: Any) -> Payload:
         """Encodes `element`, lending a segment if it holds large arrays.
 
+        An array that `empty` handed out, whole and not lent yet, is lent in its
+        own segment without a copy; every other large array is copied, into the
+        free room after such an array when it fits there, else into one segment.
+
         Example::
 
             payload = pool.encode({"image": np.zeros((224, 224, 3), np.uint8), "id": 7})
@@ -388,7 +485,8 @@ class SegmentPool:
         if state.closed:
             raise ValueError("This SegmentPool is closed; create a new one to encode.")
         if self._max_lent is not None and len(state.lent) >= self._max_lent:
-            self._drain()
+            with self._lock:
+                self._drain()
             if len(state.lent) >= self._max_lent:
                 # Every lent segment is still in use: send this element in the pickle.
                 return Payload(None, 0, (), _pickle_whole(element))
@@ -403,6 +501,8 @@ class SegmentPool:
             skeleton = buffer.getvalue()
             if not arrays:
                 return Payload(None, 0, (), skeleton)
+        if self._owned:  # arrays of `empty` are alive: some may travel in their segment
+            return self._encode_own(element, arrays, skeleton)
         leaves = []
         position = _DATA_AT
         for array in arrays:
@@ -411,7 +511,8 @@ class SegmentPool:
             fortran = array.flags.f_contiguous and not array.flags.c_contiguous
             leaves.append((position, array.shape, array.dtype.str, fortran))
             position += array.nbytes
-        segment = self._acquire(position)
+        with self._lock:
+            segment = self._acquire(position)
         if segment is None:  # no room: the pipe carries any element
             return Payload(None, 0, (), _pickle_whole(element))
         try:
@@ -420,13 +521,156 @@ class SegmentPool:
                 target = _view(shape, array.dtype, mapping, offset, fortran)
                 np.copyto(target, array)
             del target
-            segment.generation += 1
-            _HEADER.pack_into(mapping, 0, _MAGIC, segment.generation)
         except BaseException:
-            state.free.setdefault(segment.size, []).append(segment)
+            with self._lock:
+                state.free.setdefault(segment.size, []).append(segment)
             raise
+        # Not under the lock: only this thread lends, and a segment it just took from
+        # `free` (or made) is in no other thread's hands.
+        segment.generation += 1
+        _HEADER.pack_into(mapping, 0, _MAGIC, segment.generation)
         state.lent[segment.name] = segment
         return Payload(segment.name, segment.generation, tuple(leaves), skeleton)
+
+    def _encode_own(self, element: Any, arrays: list[np.ndarray], skeleton: bytes) -> Payload:
+        """`encode` of an element's `arrays` where some may be arrays of `empty`."""
+        state = self._state
+        own = self._own_segments(arrays)
+        copied = [index for index in range(len(arrays)) if index not in own]
+        segment = None  # where the copies go
+        if own:
+            # The first own array's segment takes the copies too when they fit after it.
+            first = next(iter(own))
+            host = own[first]
+            offsets, end = _layout(arrays, copied, _DATA_AT + arrays[first].nbytes)
+            if end <= host.size:
+                segment = host
+                del own[first]
+                offsets[first] = _DATA_AT
+        if segment is None and copied:
+            offsets, end = _layout(arrays, copied, _DATA_AT)
+            with self._lock:
+                segment = self._acquire(end)
+            if segment is None:  # no room: the pipe carries any element
+                return Payload(None, 0, (), _pickle_whole(element))
+        leaves = []
+        for index, array in enumerate(arrays):
+            # Keep Fortran order (a transposed view, say): copying stays linear.
+            fortran = array.flags.f_contiguous and not array.flags.c_contiguous
+            leaves.append((offsets.get(index, _DATA_AT), array.shape, array.dtype.str, fortran))
+        if segment is not None:
+            try:
+                mapping = segment.mapping
+                for index in copied:
+                    offset, shape, _, fortran = leaves[index]
+                    target = _view(shape, arrays[index].dtype, mapping, offset, fortran)
+                    np.copyto(target, arrays[index])
+                    del target
+            except BaseException:
+                if segment.name not in state.alive:
+                    with self._lock:
+                        state.free.setdefault(segment.size, []).append(segment)
+                raise
+        with self._lock:
+            if segment is not None:
+                self._lend(segment)
+            lent_own = tuple((index, one.name, self._lend(one)) for index, one in own.items())
+        if segment is None:
+            return Payload(None, 0, tuple(leaves), skeleton, lent_own)
+        return Payload(segment.name, segment.generation, tuple(leaves), skeleton, lent_own)
+
+    def _lend(self, segment: _Segment) -> int:
+        """Marks `segment` lent under a new generation (written in its header); returns it."""
+        segment.generation += 1
+        _HEADER.pack_into(segment.mapping, 0, _MAGIC, segment.generation)
+        self._state.lent[segment.name] = segment
+        return segment.generation
+
+    def _own_segments(self, arrays: list[np.ndarray]) -> dict[int, _Segment]:
+        """Index -> segment of each array of `arrays` that `empty` made, whole and not lent.
+
+        A view of such an array, or one that a later stage replaced, is not found
+        here and is copied like any other array.
+        """
+        lent = self._state.lent
+        found = {}
+        with self._lock:
+            self._settle()
+            owned = self._owned
+            for index, array in enumerate(arrays):
+                entry = owned.get(id(array))
+                if entry is not None and entry.whole(array) and entry.segment.name not in lent:
+                    found[index] = entry.segment
+        return found
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """An empty C-ordered array over a segment of its own, or None (then use numpy).
+
+        Installed as the worker's batch allocator (`grain_dataset.extension.
+        set_batch_allocator`), so that batches are stacked straight into shared
+        memory: `encode` then lends the array's segment as it is, without
+        copying, if the array reaches it whole. Arrays smaller than
+        `empty_min_bytes`, of dtypes the transport copies by pickle, asked for in
+        a forked child or after `close` get None. Thread-safe. The segment is
+        reused once the array is garbage collected here and (if it was sent)
+        released by the parent; `close` unlinks those never sent.
+
+        Example::
+
+            batch = pool.empty((128, 224, 224, 3), np.uint8)
+            np.stack(images, out=batch)
+            payload = pool.encode(batch)  # no copy: payload.segment is the batch's
+        """
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        state = self._state
+        if nbytes < self.empty_min_bytes or dtype.kind not in _SHARED_KINDS:
+            return None
+        if state.closed or os.getpid() != state.pid:
+            return None
+        with self._lock:
+            self._settle()
+            if self._max_lent is not None and len(state.alive) >= self._max_lent:
+                # Batches read ahead but not sent yet are bounded like lent ones: past
+                # that many, numpy's memory, so /dev/shm holds no more than before.
+                return None
+            segment = self._take_free(_DATA_AT + nbytes)
+        if segment is None:
+            # No room in /dev/shm: numpy's memory, silently (encode says so if it
+            # cannot send the element through shared memory either).
+            segment = self._create(_DATA_AT + nbytes, quiet=True)
+            if segment is None:
+                return None
+        count = nbytes // dtype.itemsize
+        lease = np.frombuffer(segment.mapping, dtype, count, _DATA_AT)
+        array = lease.reshape(shape)
+        entry = _Owned(lease, array, segment, self._dead.append)
+        del lease
+        with self._lock:
+            if state.closed:  # closed meanwhile: this segment was never seen by close
+                unlink_segment(segment.name)
+                return None
+            self._owned[entry.key] = entry
+            self._owned_refs[id(entry.ref)] = entry
+            state.alive[segment.name] = segment
+        return array
+
+    @property
+    def empty_min_bytes(self) -> int:
+        """`empty` declines smaller arrays: a segment of their own would be mostly unused."""
+        return max(self._min_bytes, MIN_SEGMENT_BYTES // 2)
+
+    def _settle(self) -> None:
+        """Frees the segments of `empty`'s arrays that died here and are not lent (lock held)."""
+        dead, state = self._dead, self._state
+        while dead:
+            entry = self._owned_refs.pop(id(dead.popleft()))
+            if self._owned.get(entry.key) is entry:  # the id may be a newer array's by now
+                del self._owned[entry.key]
+            segment = entry.segment
+            state.alive.pop(segment.name, None)
+            if segment.name not in state.lent and not state.closed:
+                state.free.setdefault(segment.size, []).append(segment)
 
     def _fell_back(self, error: OSError, nbytes: int) -> None:
         if self._fallback_told:
@@ -488,6 +732,11 @@ class SegmentPool:
         Raises:
             ValueError: the name is not lent by this pool (released twice?).
         """
+        with self._lock:
+            self._reclaim(name)
+
+    def _reclaim(self, name: str | Iterable[str]) -> None:
+        """`reclaim`, with the lock held."""
         state = self._state
         if state.closed:
             return  # closing already settled every segment
@@ -499,9 +748,12 @@ class SegmentPool:
                     f"twice, or belongs to another worker. Release each payload's "
                     f"segment once, to the pool that encoded it."
                 )
-            state.free.setdefault(segment.size, []).append(segment)
+            # Under an array of `empty` still alive here: free once it dies (`_settle`).
+            if one not in state.alive:
+                state.free.setdefault(segment.size, []).append(segment)
 
     def _drain(self) -> None:
+        """Takes back the names waiting on `returns` (lock held)."""
         returns = self._returns
         if returns is None:
             return
@@ -511,24 +763,31 @@ class SegmentPool:
                     item = returns.get_nowait()
                 except queue.Empty:
                     return
-                self.reclaim(item)
+                self._reclaim(item)
         else:
             while returns.poll():
-                self.reclaim(returns.recv())
+                self._reclaim(returns.recv())
 
     def _acquire(self, nbytes: int) -> _Segment | None:
         """A free segment of `nbytes` or more, else a new one; None if none can be made."""
-        size = _size_class(nbytes)
-        state = self._state
-        free = state.free.setdefault(size, [])
+        segment = self._take_free(nbytes)
+        return self._create(nbytes) if segment is None else segment
+
+    def _take_free(self, nbytes: int) -> _Segment | None:
+        """A free segment of `nbytes` or more (lock held), None if there is none."""
+        free = self._state.free.setdefault(_size_class(nbytes), [])
         if not free:
             self._drain()
-        if free:
-            return free.pop()
+        return free.pop() if free else None
+
+    def _create(self, nbytes: int, quiet: bool = False) -> _Segment | None:
+        """A new segment of `nbytes` or more; None if none can be made (said once unless quiet)."""
+        size = _size_class(nbytes)
         try:
-            name, mapping = create_unique_segment(size, state.owner_pid)
+            name, mapping = create_unique_segment(size, self._state.owner_pid)
         except OSError as error:  # a full /dev/shm, a file-size limit (see the module doc)
-            self._fell_back(error, nbytes)
+            if not quiet:
+                self._fell_back(error, nbytes)
             return None
         return _Segment(name, size, mapping)
 
@@ -540,10 +799,11 @@ class SegmentPool:
         """
         if self._state.closed:
             return
-        # A parent that went away may leave the channel broken: close regardless.
-        with contextlib.suppress(EOFError, OSError, ValueError):
-            self._drain()
-        self._finalizer()
+        with self._lock:
+            # A parent that went away may leave the channel broken: close regardless.
+            with contextlib.suppress(EOFError, OSError, ValueError):
+                self._drain()
+            self._finalizer()
 
     def __enter__(self) -> SegmentPool:
         return self
@@ -643,35 +903,63 @@ class SegmentReader:
             raise ValueError("This SegmentReader is closed; create a new one to decode.")
         self._deliver()
         name = payload.segment
-        if name is None:
+        if payload.own:
+            arrays = self._own_arrays(payload, copy)
+        elif name is None:
             return _Unpickler(io.BytesIO(payload.skeleton), []).load()
+        else:
+            arrays = self._arrays(name, payload.generation, payload.leaves, copy)
+        if payload.skeleton == _SINGLE_SKELETON:
+            return arrays[0]
+        return _Unpickler(io.BytesIO(payload.skeleton), arrays).load()
+
+    def _arrays(
+        self,
+        name: str,
+        generation: int,
+        leaves: Iterable[tuple[int, tuple[int, ...], str, bool]],
+        copy: bool,
+    ) -> list[np.ndarray]:
+        """The arrays at `leaves` of segment `name`, lent under `generation`: copies or views."""
         mapping = self._mapping(name)
-        _check_generation(mapping, payload)
+        _check_generation(mapping, name, generation)
         if copy:
             arrays = [
                 np.ndarray(shape, dtype, mapping, offset, order="F" if fortran else "C").copy(
                     order="K"
                 )
-                for offset, shape, dtype, fortran in payload.leaves
+                for offset, shape, dtype, fortran in leaves
             ]
             # Had the worker rewritten the segment meanwhile, the copies would mix elements.
-            _check_generation(mapping, payload)
+            _check_generation(mapping, name, generation)
             self._released(name)
-        else:
-            # Every view's base is this lease (numpy collapses view chains onto the
-            # first array whose base is not an array), so its weak reference's
-            # callback runs exactly when the last view of this element dies.
-            lease = np.frombuffer(mapping, np.uint8)
-            arrays = [
-                _view(shape, dtype, lease, offset, fortran)
-                for offset, shape, dtype, fortran in payload.leaves
-            ]
-            reference = weakref.ref(lease, self._dead.append)
-            self._leases[id(reference)] = (reference, name)
-            del lease
-        if payload.skeleton == _SINGLE_SKELETON:
-            return arrays[0]
-        return _Unpickler(io.BytesIO(payload.skeleton), arrays).load()
+            return arrays
+        # Every view's base is this lease (numpy collapses view chains onto the
+        # first array whose base is not an array), so its weak reference's
+        # callback runs exactly when the last view of this segment dies.
+        lease = np.frombuffer(mapping, np.uint8)
+        arrays = [
+            _view(shape, dtype, lease, offset, fortran) for offset, shape, dtype, fortran in leaves
+        ]
+        reference = weakref.ref(lease, self._dead.append)
+        self._leases[id(reference)] = (reference, name)
+        return arrays
+
+    def _own_arrays(self, payload: Payload, copy: bool) -> list[np.ndarray]:
+        """The arrays of a payload that lends several segments (`Payload.own`), in order."""
+        leaves = payload.leaves
+        arrays: list[Any] = [None] * len(leaves)
+        own = {index for index, _, _ in payload.own}
+        for index, name, generation in payload.own:
+            (arrays[index],) = self._arrays(name, generation, [leaves[index]], copy)
+        rest = [index for index in range(len(leaves)) if index not in own]
+        if payload.segment is not None:
+            found = self._arrays(
+                payload.segment, payload.generation, [leaves[i] for i in rest], copy
+            )
+            for index, array in zip(rest, found, strict=True):
+                arrays[index] = array
+        return arrays
 
     def take_released(self) -> list[str]:
         """The names released since the last call (only without a `release` callback).
@@ -740,12 +1028,12 @@ class SegmentReader:
         return f"SegmentReader(mapped={len(state.mappings)}, seen={len(state.seen)}{closed})"
 
 
-def _check_generation(mapping: mmap.mmap, payload: Payload) -> None:
+def _check_generation(mapping: mmap.mmap, name: str, expected: int) -> None:
     magic, generation = _HEADER.unpack_from(mapping, 0)
-    if magic != _MAGIC or generation != payload.generation:
+    if magic != _MAGIC or generation != expected:
         raise RuntimeError(
-            f"Shared memory segment {payload.segment!r} now holds generation "
-            f"{generation}, not the payload's {payload.generation}: it was lent again "
+            f"Shared memory segment {name!r} now holds generation "
+            f"{generation}, not the payload's {expected}: it was lent again "
             f"before this payload was decoded. Release a segment only after decoding "
             f"its payload, and only once."
         )
