@@ -177,6 +177,10 @@ EXPORTS = {
         "seed",
     ],
     "grain_dataset.extension": [
+        # The memory the default batch_fn stacks into (workers: shared memory).
+        "BatchAllocator",
+        "batch_allocator",
+        "set_batch_allocator",
         "Checkpointable",
         "Directory",
         "IterStageTraits",
