@@ -57,6 +57,8 @@ EXPORTS = {
         "PackAndBatchOperation",
         "ParquetIterDataset",
         "PerformanceConfig",
+        # Ours: mp_prefetch's workers on a Ray cluster (MultiprocessingOptions.executor).
+        "RayWorkers",
         "RebatchIterDataset",
         "RepeatIterDataset",
         "RngPool",
@@ -335,6 +337,7 @@ EXPORTS = {
         "PerformanceConfig",
         "PyGrainDatasetIterator",
         "RandomMapOperation",
+        "RayWorkers",
         "SharedMemoryArray",
         "SharedMemoryArrayMetadata",
         "load",
