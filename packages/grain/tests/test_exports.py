@@ -409,6 +409,7 @@ EXPORTS = {
         "PackAndBatchOperation",
         "ParquetIterDataset",
         "PerformanceConfig",
+        "RayWorkers",
         "RebatchIterDataset",
         "RepeatIterDataset",
         "RngPool",
