@@ -54,6 +54,15 @@ class Cluster:
         self.nodes = [None, None]
 
     def start_node(self, which):
+        # Ray gives a node 30 s to register (hard-coded): on 2 busy cores a second try helps.
+        said = ""
+        for _ in range(2):
+            ready, said = self._try_node(which)
+            if ready:
+                return
+        pytest.fail("`ray start` ended before it was ready:\n" + said[-3000:])
+
+    def _try_node(self, which):
         ray_command = os.path.join(os.path.dirname(sys.executable), "ray")
         if which == 0:
             where = ["--head", f"--port={self.port}", "--include-dashboard=false"]
@@ -74,10 +83,9 @@ class Cluster:
         for line in node.stdout:  # ready when it says it blocks
             said.append(line)
             if "block forever" in line:
-                break
-        else:
-            self.stop_node(which)
-            pytest.fail("`ray start` ended before it was ready:\n" + "".join(said)[-3000:])
+                return True, ""
+        self.stop_node(which)
+        return False, "".join(said)
 
     def wait_for_nodes(self, count, timeout=60):
         deadline = time.monotonic() + timeout
