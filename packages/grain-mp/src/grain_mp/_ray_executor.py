@@ -267,6 +267,8 @@ class RayExecutor:
         slot = self._slots[index]  # type: ignore[index]
         ray = self._ray
         while not slot.messages:
+            if not slot.calls:  # its start was interrupted by close() from another thread
+                return (CLOSED,)
             call = slot.calls[0]
             ready, _ = ray.wait([call], timeout=POLL_S)
             if not ready:
