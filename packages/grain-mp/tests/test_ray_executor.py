@@ -144,6 +144,12 @@ def two_nodes(cluster):
     if cluster.nodes[1] is None:
         cluster.start_node(1)
     cluster.wait_for_nodes(2)
+    # Actors of earlier tests are killed asynchronously: until their CPUs are back, Ray's
+    # SPREAD may put both new actors on one node.
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("CPU", 0) < 2:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
     return cluster
 
 
