@@ -365,3 +365,29 @@ def test_a_node_stopped_mid_epoch_loses_nothing(two_nodes, tmp_path):
     got.extend(it)
     _same(got, expected)
     assert len(_where(seen)) == 3  # the lost actor's replacement
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "match"),
+    [
+        ({"num_cpus": -1}, ValueError, "num_cpus` must be a number >= 0"),
+        ({"num_cpus": "2"}, ValueError, "num_cpus` must be a number >= 0"),
+        ({"max_bytes_in_flight": 0}, ValueError, "max_bytes_in_flight` must be >= 1"),
+        ({"start_timeout_s": float("inf")}, ValueError, "start_timeout_s` must be a finite"),
+        ({"max_restarts": -1}, ValueError, "max_restarts` must be >= 0"),
+        ({"runtime_env": "env"}, TypeError, "runtime_env` must be a dict"),
+        ({"address": 6379}, TypeError, "address` must be a str"),
+        ({"spread": 1}, TypeError, "spread` must be a bool"),
+    ],
+)
+def test_bad_ray_workers_fields_are_named(fields, error, match):
+    with pytest.raises(error, match=match):
+        RayWorkers(**fields)
+
+
+def test_the_executor_field_takes_ray_workers_or_none():
+    options = MultiprocessingOptions(2, executor=RayWorkers())
+    assert options.executor == RayWorkers()
+    options.executor = None
+    with pytest.raises(TypeError, match=r"executor` must be None .* or a grain.experimental"):
+        MultiprocessingOptions(2, executor="ray")
