@@ -326,6 +326,8 @@ def test_the_actors_read_no_further_ahead_than_their_calls(cluster, tmp_path):
     for k in range(10):
         element = next(it)
         np.testing.assert_array_equal(element, np.full(100_000, k))
+        # Through the object store without a copy: Ray hands out read-only views of it.
+        assert not element.flags.writeable
     time.sleep(2)  # room to run ahead, if it would
     # Two calls outstanding, one element each (the budget's share is below one element).
     assert 10 <= len(list(made.iterdir())) <= 10 + 2
