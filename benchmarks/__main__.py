@@ -1008,6 +1008,21 @@ def bench_ray_tier(ctx: Context) -> list[Row]:
                 f"{peer_case} {peer['first_batch_s']:.2f} s",
             )
         )
+    # Past the start (actors take seconds to start, processes fork): the steady state.
+    local = cases["local_1"]
+    rows.append(
+        Row(
+            "ray_tier",
+            "ms_per_batch_after_first",
+            "ms",
+            ray["ms_per_batch_after_first"],
+            "local_1",
+            "1 local worker process (same run)",
+            local["ms_per_batch_after_first"],
+            higher_is_better=False,
+            ok=ray["ok"] and local["ok"],
+        )
+    )
     light, light_local = cases["light_ray_2"], cases["light_local_2"]
     rows.append(
         Row(
