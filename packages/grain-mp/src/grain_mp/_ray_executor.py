@@ -84,7 +84,9 @@ def connect(workers: RayWorkers) -> Any:
     ray = import_ray(workers.address)
     if not ray.is_initialized():
         try:
-            ray.init(address=workers.address, log_to_driver=False)
+            # Ray's defaults otherwise: the actors' output reaches this terminal, as a
+            # local worker's does.
+            ray.init(address=workers.address)
         except (ConnectionError, RuntimeError) as error:
             raise RuntimeError(
                 f"could not connect to the Ray cluster at {workers.address!r} for "
