@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 
 import grain_dataset as gd
-from grain_mp import MultiprocessingOptions, RayWorkers, mp_prefetch
+from grain_index import ShardOptions
+from grain_mp import ElasticIterator, MultiprocessingOptions, RayWorkers, mp_prefetch
 
 ray = pytest.importorskip("ray")
 
@@ -393,3 +394,18 @@ def test_the_executor_field_takes_ray_workers_or_none():
     options.executor = None
     with pytest.raises(TypeError, match=r"executor` must be None .* or a grain.experimental"):
         MultiprocessingOptions(2, executor="ray")
+
+
+@pytest.mark.timeout(240)
+def test_elastic_iterator_on_actors_restores_on_local_processes(cluster):
+    ds = gd.MapDataset.range(90).shuffle(seed=2).map(lambda x: x * 10)
+    shard = ShardOptions(shard_index=0, shard_count=1)
+    expected = [b.tolist() for b in ElasticIterator(ds, 6, shard)]
+    on_ray = ElasticIterator(ds, 6, shard, multiprocessing_options=_ray(2))
+    head = [next(on_ray).tolist() for _ in range(4)]
+    state = on_ray.get_state()
+    on_ray.close()
+    assert head == expected[:4]
+    local = ElasticIterator(ds, 6, shard, multiprocessing_options=MultiprocessingOptions(1))
+    local.set_state(state)
+    assert [b.tolist() for b in local] == expected[4:]
