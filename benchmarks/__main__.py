@@ -106,6 +106,11 @@ SIZES["object_store"] = {"full": ["--records", "2000"], "quick": ["--records", "
 SIZES["freethreaded"] = {"full": ["--repeats", "5"], "quick": ["--quick"]}
 # The 2-core sweep; on a bigger machine run jpeg.py itself with --threads/--workers.
 SIZES["jpeg"] = {"full": ["--size", "3840"], "quick": ["--size", "512"]}
+# ray_tier starts a two-node Ray cluster on this machine itself (~1 min on 2 cores).
+SIZES["ray_tier"] = {
+    "full": ["--batches", "48", "--repeats", "3"],
+    "quick": ["--batches", "8", "--repeats", "1"],
+}
 SIZES["user_source"] = {
     "full": ["--size", "60000", "--repeats", "5"],
     "quick": ["--size", "5000", "--repeats", "1"],
@@ -1044,6 +1049,67 @@ def bench_convert(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_ray_tier(ctx: Context) -> list[Row]:
+    """mp_prefetch on 2 Ray actors against 1 local worker, 2 local workers and Ray Data."""
+    lines, _ = ctx.run("ray_tier", ctx.sizes("ray_tier"))
+    cases = {line["case"]: line for line in lines}
+    rows = []
+    ray = cases.get("ray_2")
+    if ray is None:
+        return rows
+    for peer_case, peer_name in (
+        ("local_1", "1 local worker process (same run)"),
+        ("local_2", "2 local worker processes (same run)"),
+        ("ray_data_2", "Ray Data iter_batches (same run)"),
+    ):
+        peer = cases[peer_case]
+        rows.append(
+            Row(
+                "ray_tier",
+                "ray_2_actors",
+                "batches/s",
+                ray["batches_per_s"],
+                peer_case,
+                peer_name,
+                peer["batches_per_s"],
+                ok=ray["ok"] and peer["ok"],
+                note=f"first batch {ray['first_batch_s']:.2f} s, "
+                f"{peer_case} {peer['first_batch_s']:.2f} s",
+            )
+        )
+    # Past the start (actors take seconds to start, processes fork): the steady state.
+    local = cases["local_1"]
+    rows.append(
+        Row(
+            "ray_tier",
+            "ms_per_batch_after_first",
+            "ms",
+            ray["ms_per_batch_after_first"],
+            "local_1",
+            "1 local worker process (same run)",
+            local["ms_per_batch_after_first"],
+            higher_is_better=False,
+            ok=ray["ok"] and local["ok"],
+        )
+    )
+    light, light_local = cases["light_ray_2"], cases["light_local_2"]
+    rows.append(
+        Row(
+            "ray_tier",
+            "ms_per_batch_no_work",
+            "ms",
+            light["ms_per_batch_after_first"],
+            "light_local_2",
+            "2 local worker processes, no work (same run)",
+            light_local["ms_per_batch_after_first"],
+            higher_is_better=False,
+            ok=light["ok"] and light_local["ok"],
+            note=f"overhead {light['overhead_ms_per_batch']:.2f} ms per batch",
+        )
+    )
+    return rows
+
+
 def bench_object_store(ctx: Context) -> list[Row]:
     """Random reads from buckets against the C++ reader on the same files, locally.
 
@@ -1373,6 +1439,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "device_put": bench_device_put,
     "convert": bench_convert,
     "object_store": bench_object_store,
+    "ray_tier": bench_ray_tier,
     "freethreaded": bench_freethreaded,
     "jpeg": bench_jpeg,
     "user_source": bench_user_source,
@@ -1396,6 +1463,7 @@ PEERS = {
     "latency_memory": f"{UPSTREAM}, numpy loop, raw reader, tf.data",
     "convert": "single-process converter",
     "object_store": "C++ reader on local files",
+    "ray_tier": "local worker processes, Ray Data",
     "freethreaded": "1 worker thread, the pipeline alone, worker processes",
     "jpeg": f"0 threads, {UPSTREAM}",
     "user_source": f"numpy loop, {UPSTREAM}",

@@ -15,6 +15,7 @@ workers, `_loader_pipeline` builds it as one Dataset pipeline (with
 `_loader_positions` reading its positions and `_record_stage` running record
 operations), `_loader_state` is its checkpoint format, `_record_ops`
 and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
+`_ray_options` is RayWorkers and `_ray_executor` runs the workers on Ray actors;
 `_multithread` is mp_prefetch's slicing and round robin with threads;
 `_elastic` and `_elastic_plan` are ElasticIterator (ELASTIC.md).
 The public module `worker_env` is the environment every worker process starts
@@ -38,6 +39,7 @@ from grain_mp._mp_prefetch import mp_prefetch as mp_prefetch
 from grain_mp._multithread import multithread_prefetch as multithread_prefetch
 from grain_mp._options import MultiprocessingOptions as MultiprocessingOptions
 from grain_mp._pack_op import PackAndBatchOperation as PackAndBatchOperation
+from grain_mp._ray_options import RayWorkers as RayWorkers
 from grain_mp._record_ops import BatchOperation as BatchOperation
 from grain_mp._record_ops import FilterOperation as FilterOperation
 from grain_mp._record_ops import MapOperation as MapOperation
@@ -61,6 +63,7 @@ __all__ = [
     "PerformanceConfig",
     "PyGrainDatasetIterator",
     "RandomMapOperation",
+    "RayWorkers",
     "SharedMemoryArray",
     "SharedMemoryArrayMetadata",
     "load",

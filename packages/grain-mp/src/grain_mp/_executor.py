@@ -12,7 +12,9 @@ another thread while the consumer waited.
 
 Implementations: `grain_mp._process_executor.ProcessExecutor` (worker
 processes, shared memory transport) and `grain_mp._thread_executor.
-ThreadExecutor` (threads of this process, elements handed over as they are).
+ThreadExecutor` (threads of this process, elements handed over as they are);
+`grain_mp._ray_executor.RayExecutor` (Ray actors, elements through Ray's object
+store), chosen by ``MultiprocessingOptions(executor=RayWorkers(...))``.
 multithread_prefetch runs on threads; mp_prefetch, and through it the
 DataLoader and ElasticIterator, on the kind `executor_kind` says: processes,
 or threads on a free-threaded interpreter running without the GIL, where

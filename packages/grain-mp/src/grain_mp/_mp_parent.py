@@ -88,7 +88,8 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
         self._worker_init_fn = worker_init_fn
         self._sequential_slice = sequential_slice
         # Threads or processes, decided once: a pipeline run on threads is never pickled.
-        self._threads = executor_kind() == "threads"
+        # Ray actors (options.executor) get the pipeline from the Ray executor's pickle.
+        self._threads = options.executor is None and executor_kind() == "threads"
         # The fork-unsafe reader that made the workers start without fork, if one did.
         self._method, self._fork_unsafe = _start.choose_method(parent)
         # Without fork: the pipeline and init fn as every start of the workers sends them.
@@ -98,6 +99,8 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
         """Pickles the whole parent pipeline, for workers that run it and do not fork."""
         if self._threads or self._method == "fork" or self._payload is not None:
             return
+        if self._options.executor is not None:
+            return  # the Ray executor pickles the pipeline itself
         try:
             self._payload = _start.pickled(
                 self._parents[0], self._worker_init_fn, self._start_cause
@@ -117,6 +120,17 @@ class ProcessWorkersIterDataset(IterDataset[Any]):
 
     def _executor(self) -> Executor:
         options = self._options
+        if options.executor is not None:
+            # Imported here: it needs numpy only, but Ray itself is imported at start.
+            from grain_mp._ray_executor import RayExecutor
+
+            return RayExecutor(
+                self._parents[0],
+                options.num_workers,
+                self._sequential_slice,
+                self._worker_init_fn,
+                options.executor,
+            )
         if self._threads:
             return ThreadExecutor(
                 self._parents[0],

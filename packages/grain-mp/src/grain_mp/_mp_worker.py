@@ -232,10 +232,18 @@ def where_it_failed(produced: int | None, index: int, count: int, sequential: bo
     return where
 
 
-def _send_error(out: connection.Connection, where: str, error: BaseException) -> None:
+def error_message(
+    where: str, error: BaseException, hidden: tuple[str, ...] = ()
+) -> tuple[Any, ...]:
+    """The (ERROR, pickled error or None, summary, where and traceback) message of `error`.
+
+    Frames of this file and of `hidden` (another executor's loop) are left out:
+    they are not the user's business.
+    """
     # The worker's own frames, for the parent's note; the message and the notes come
-    # with the pickled error, and the loop above (this file) is not the user's business.
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename != __file__]
+    # with the pickled error.
+    skip = (__file__, *hidden)
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename not in skip]
     text = f"{where}; where it raised:\n" + "".join(traceback.format_list(frames))
     try:
         blob: bytes | None = pickle.dumps(error)
@@ -244,5 +252,10 @@ def _send_error(out: connection.Connection, where: str, error: BaseException) ->
         text += "".join(traceback.format_exception_only(error))
     # "TypeName: message", for the parent's RuntimeError if the error cannot be rebuilt there.
     summary = "".join(traceback.format_exception_only(error)).strip()
+    return (ERROR, blob, summary, text)
+
+
+def _send_error(out: connection.Connection, where: str, error: BaseException) -> None:
+    message = error_message(where, error)
     with contextlib.suppress(BrokenPipeError, EOFError, OSError):
-        out.send((ERROR, blob, summary, text))
+        out.send(message)

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from grain_index import checks
+from grain_mp._ray_options import RayWorkers
 
 
 @dataclasses.dataclass
@@ -18,6 +19,9 @@ class MultiprocessingOptions:
         the pipeline batches) each worker may have ready ahead of the consumer.
       enable_profiling: accepted for compatibility; per-stage statistics come
         from ``DatasetOptions(execution_tracking_mode="stage_timing")``.
+      executor: where the workers run: None for this machine (processes, or
+        threads where ``grain.config``'s py_worker_executor says so), or a
+        `RayWorkers` to run them on actors of a Ray cluster (not in Grain).
 
     Mutable, as Grain's is (a field set later is checked too); a pipeline reads
     the values when its iterator starts its workers.
@@ -30,6 +34,7 @@ class MultiprocessingOptions:
     num_workers: int = 0
     per_worker_buffer_size: int = 1
     enable_profiling: bool = False
+    executor: RayWorkers | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "num_workers":
@@ -44,5 +49,10 @@ class MultiprocessingOptions:
         elif name == "enable_profiling" and not isinstance(value, bool):
             raise TypeError(
                 f"`MultiprocessingOptions.enable_profiling` must be a bool, got {value!r}."
+            )
+        elif name == "executor" and value is not None and not isinstance(value, RayWorkers):
+            raise TypeError(
+                "`MultiprocessingOptions.executor` must be None (workers on this machine) or "
+                f"a grain.experimental.RayWorkers (workers on a Ray cluster), got {value!r}."
             )
         object.__setattr__(self, name, value)

@@ -33,6 +33,7 @@ from grain_index import index_shuffle as index_shuffle
 from grain_mp import ElasticIterator as ElasticIterator
 from grain_mp import PackAndBatchOperation as PackAndBatchOperation
 from grain_mp import PerformanceConfig as PerformanceConfig
+from grain_mp import RayWorkers as RayWorkers
 from grain_mp import multithread_prefetch as multithread_prefetch
 from grain_mp import pick_performance_config as pick_performance_config
 
@@ -52,6 +53,7 @@ __all__ = [
     "MapWithIndexTransform",
     "PackAndBatchOperation",
     "PerformanceConfig",
+    "RayWorkers",
     "RngPool",
     "ShapeDtypeStruct",
     "ShapeDtypeStructProtocol",
