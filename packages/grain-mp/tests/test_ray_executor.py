@@ -360,7 +360,9 @@ def test_a_node_stopped_mid_epoch_loses_nothing(two_nodes, tmp_path):
     seen = tmp_path / "where"
     seen.mkdir()
     expected = list(_positional(size=160))
-    it = iter(mp_prefetch(_positional(size=160, directory=seen, slow_s=0.01), _ray(2)))
+    # 80 elements of 50 ms per actor: about 4 s of work left when the node stops, so that
+    # its actor is lost mid-epoch even on a loaded machine (at 10 ms it could finish first).
+    it = iter(mp_prefetch(_positional(size=160, directory=seen, slow_s=0.05), _ray(2)))
     got = [next(it) for _ in range(6)]
     nodes = {node for node, *_ in _where(seen)}
     assert len(nodes) == 2  # an actor runs on the node about to stop
