@@ -34,6 +34,13 @@ re-reads at most one batch's elements in stream order, at most W with
 bucketing. In stream order the stage asks its parent for its state before
 each element (which element will not fit shows only after reading it).
 
+In stream order the batches returned so far hold exactly the elements read
+before S: after a batch, ``consumed`` is 1 (the element that did not fit,
+held) or 0 (the end), and ``emitted`` 0. `grain.experimental.ElasticIterator`
+(``batching=``) reads its position from S for that reason. With bucketing a
+full bucket leaves earlier elements of its window behind, so the returned
+batches are not a prefix of the stream, and ElasticIterator refuses it.
+
 Worker processes: a batch depends on the lengths of the elements around it,
 so this stage runs on the merged stream. Under `mp_prefetch` over a
 positional pipeline (``MapDataset ... .to_iter_dataset()`` then maps and
@@ -221,6 +228,11 @@ class TokenBudgetBatchIterDataset(IterStage):
     def max_length(self) -> int:
         """The longest sequence accepted: the last of `padded_lengths`."""
         return self._lengths[-1]
+
+    @property
+    def bucket_window(self) -> int | None:
+        """The bucketing window in elements, or None for stream order."""
+        return self._window
 
     @property
     def shapes(self) -> list[tuple[int, int]]:

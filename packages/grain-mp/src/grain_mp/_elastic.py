@@ -19,10 +19,18 @@ one whole group of the packer (it flushes all its bins at once). At a step's
 end the packer holds only the element that did not fit, and its state says at
 which position that element is: that is `taken`. Nothing delivered is owed
 again and nothing read but undelivered is lost.
+
+Token-budget batching (`batching`): a TokenBudgetBatchIterDataset in stream
+order is the whole step, with no `batch` after it, and its token budget is
+``global_batch_size // shard_count``. After each batch it holds at most the
+element that did not fit, and its state's "parent" is the state before that
+element (at the end: after the last one): that is `taken`. Bucketing is
+refused, since a full bucket leaves earlier positions of its window behind.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -37,6 +45,7 @@ from grain_dataset import (
     UnverifiedStateWarning,
 )
 from grain_dataset.extension import drops_positions, pipeline_fingerprint, remember_dataset
+from grain_dataset.stages import TokenBudgetBatchIterDataset
 from grain_index import ShardOptions
 from grain_mp._elastic_plan import Plan, decode_runs, encode_runs, replan
 from grain_mp._mp_prefetch import mp_prefetch
@@ -78,6 +87,15 @@ class ElasticIterator(DatasetIterator[Any]):
       returning a packing stage over it, e.g. ``functools.partial(
       grain.experimental.FirstFitPackIterDataset, length_struct={"tokens":
       128})``. Each step is then one group of packed rows.
+    * Beyond Grain, `batching` makes each step one batch filled to a token
+      budget, with the same guarantee: a callable given the shard's
+      IterDataset of elements and ``token_budget=global_batch_size //
+      shard_count``, returning a `grain.experimental.TokenBudgetBatchIterDataset`
+      over it in stream order (no ``bucket_window``), e.g.
+      ``functools.partial(grain.experimental.TokenBudgetBatchIterDataset,
+      padded_lengths=[64, 128, 256])``. `global_batch_size` is then the
+      global token budget of a step, and the number of elements in a step
+      varies.
 
     The state is a small JSON dict: a few integers plus about three per shard
     of the run before the last resize, and the pipeline's fingerprint, so that a
@@ -105,6 +123,7 @@ class ElasticIterator(DatasetIterator[Any]):
         read_options: ReadOptions = ReadOptions(),  # noqa: B008 - immutable, Grain's default
         multiprocessing_options: MultiprocessingOptions | None = None,
         packing: Callable[..., IterDataset[Any]] | None = None,
+        batching: Callable[..., IterDataset[Any]] | None = None,
     ):
         super().__init__()
         _check_arguments(
@@ -120,7 +139,17 @@ class ElasticIterator(DatasetIterator[Any]):
         if packing is not None and not callable(packing):
             raise TypeError(f"`packing` must be callable or None, got {packing!r}.")
         self._packing = packing
-        self._one_to_one = packing is None and not drops_positions(ds)
+        if batching is not None:
+            if not callable(batching):
+                raise TypeError(f"`batching` must be callable or None, got {batching!r}.")
+            if packing is not None:
+                raise ValueError(
+                    "ElasticIterator takes `packing` or `batching`, not both: a step is one "
+                    "group of packed rows or one token-budget batch. Pack first in a map of "
+                    "your own, or drop one of them."
+                )
+        self._batching = batching
+        self._one_to_one = packing is None and batching is None and not drops_positions(ds)
         self._plan = Plan(frontier=0, leftovers=np.zeros(0, dtype=np.int64))
         self._taken = 0  # entries of this shard's sequence behind the last delivered batch
         self._inner: DatasetIterator[Any] | None = None
@@ -132,6 +161,9 @@ class ElasticIterator(DatasetIterator[Any]):
         # travels in checkpoint files (iterator.save, the Orbax handler), as for iter(dataset).
         # Per-shard states are ours alone and carry it in the dict.
         remember_dataset(self, ds, stamp=not self._one_to_one)
+        if batching is not None:
+            # Building the stage reads nothing: a bad `batching` fails here, not mid-run.
+            self._batched(ds.to_iter_dataset(read_options))
 
     # -- reading ------------------------------------------------------------------------
 
@@ -151,6 +183,10 @@ class ElasticIterator(DatasetIterator[Any]):
         if workers:
             # Positional: the same elements and state ({"next_index": positions}) as without.
             elements = mp_prefetch(elements, self._mp_options)
+        if self._batching is not None:
+            # One step is one token-budget batch: the stage is the whole step.
+            self._counter = iter(self._batched(elements))
+            return self._counter
         if self._packing is not None:
             elements = self._packed(elements)
         batches: DatasetIterator[Any] = iter(elements.batch(self._batch_size, drop_remainder=True))
@@ -168,10 +204,63 @@ class ElasticIterator(DatasetIterator[Any]):
             )
         return packed
 
+    def _batched(self, elements: IterDataset[Any]) -> TokenBudgetBatchIterDataset:
+        assert self._batching is not None
+        budget = self._batch_size
+        if isinstance(self._batching, functools.partial) and "token_budget" in (
+            self._batching.keywords
+        ):
+            raise ValueError(
+                "`batching` fixes token_budget, which ElasticIterator sets itself (to "
+                "global_batch_size // shard_count, so that the global budget survives a "
+                "resize): leave token_budget out of the partial and pass the global token "
+                "budget as global_batch_size."
+            )
+        try:
+            batched = self._batching(elements, token_budget=budget)
+        except ValueError as error:
+            raise ValueError(
+                f"`batching` failed with the token budget ElasticIterator gives each shard, "
+                f"global_batch_size // shard_count = {self._global_batch_size} // "
+                f"{self._shard_count} = {budget}: {error} Raise global_batch_size or give "
+                "padded_lengths and batch_sizes that fit this budget."
+            ) from error
+        if not isinstance(batched, TokenBudgetBatchIterDataset) or list(batched.parents) != [
+            elements
+        ]:
+            raise TypeError(
+                "`batching` must return a grain.experimental.TokenBudgetBatchIterDataset over "
+                "the dataset it is given, with no stage after it (e.g. functools.partial("
+                "grain.experimental.TokenBudgetBatchIterDataset, padded_lengths=[...])), got "
+                f"{batched!r}."
+            )
+        if batched.bucket_window is not None:
+            raise ValueError(
+                f"ElasticIterator's `batching` needs stream order, got bucket_window="
+                f"{batched.bucket_window}: with bucketing a full bucket is emitted while "
+                "earlier elements of its window wait, so the delivered elements are not the "
+                "first positions of the shard and a checkpoint could not say which are owed. "
+                "Drop bucket_window (for less padding, give padded_lengths closer together)."
+            )
+        if batched.token_budget != budget:
+            raise ValueError(
+                f"`batching` returned a stage with token_budget={batched.token_budget}, but "
+                f"ElasticIterator gives each shard {budget} (global_batch_size // "
+                "shard_count): pass on the token_budget it is given, and set the budget "
+                "through global_batch_size."
+            )
+        return batched
+
     def _position(self) -> int:
         """Entries of this shard's sequence behind the last batch delivered, from `_counter`."""
         assert self._counter is not None
         state = self._counter.get_state()
+        if self._batching is not None:
+            # Stream order: the stage holds at most the element that did not fit, and
+            # "parent" is the state before it (at the end, after the last element).
+            if state["emitted"] or state["consumed"] > 1:
+                raise AssertionError(f"token-budget state out of stream order: {state!r}")
+            return self._base + state["parent"]["next_index"]
         if self._packing is None:
             return self._base + state["next_index"]
         # A step is one whole group of the packer (num_packing_bins rows): at its end the
@@ -201,7 +290,7 @@ class ElasticIterator(DatasetIterator[Any]):
             self._inner = self._build()
         batch = next(self._inner)  # StopIteration: the last, partial batch is dropped
         taken = self._position()
-        if self._packing is None and taken - self._taken > self._batch_size:
+        if self._one_to_one and taken - self._taken > self._batch_size:
             self._one_to_one = False  # a stage of the user's own dropped an element
             remember_dataset(self, self._ds, stamp=True)  # its states are per-shard now
         self._taken = taken
