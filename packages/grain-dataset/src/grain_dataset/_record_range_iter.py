@@ -147,7 +147,9 @@ class _RecordRangeIterator(DatasetIterator[T]):
     def _records(self, ks: np.ndarray) -> list[np.ndarray]:
         """The record numbers of the sequence entries `ks`, as increasing parts."""
         owed = len(self._share)
-        parts = [self._share[ks[ks < owed]]]
+        leftovers = self._share[ks[ks < owed]]
+        # The leftovers are runs of several old iterators: each increasing part is one read.
+        parts = np.split(leftovers, np.flatnonzero(np.diff(leftovers) <= 0) + 1)
         fresh = ks[ks >= owed] - owed
         parts.append(self._frame.records(self._start + self._step * fresh))
         return [part for part in parts if len(part)]
@@ -290,13 +292,14 @@ class ShardedJsonLinesIterDataset(RecordRangeIterDataset[Any]):
 # -- resizes ------------------------------------------------------------------------
 #
 # A *plan* is what all iterators of a resized run share: `leftovers`, record
-# numbers owed from before the last resize (sorted, stored as arithmetic runs
-# [start, step, count]), and `segments`, the record ranges [a, b) that no run
+# numbers owed from before the last resize (stored as arithmetic runs [start,
+# step, count], each run increasing), and `segments`, the record ranges [a, b) that no run
 # before has touched, laid end to end as a virtual range [0, T). Iterator g of
-# G = hosts * workers (host h, worker w: g = h * workers + w) reads leftovers
-# g, g + G, ... first, then its share of [0, T) exactly as an iterator without a
-# plan shares [0, num_records): the host's contiguous range, every workers-th of
-# it (or the w-th contiguous part with sequential slices). Without a plan the
+# G = hosts * workers (host h, worker w: g = h * workers + w) reads the g-th of
+# G contiguous parts of the leftovers first, then its share of [0, T) exactly as
+# an iterator without a plan shares [0, num_records): the host's contiguous
+# range, every workers-th of it (or the w-th contiguous part with sequential
+# slices). Without a plan the
 # leftovers are empty and the one segment is [0, num_records).
 #
 # A resize turns the states of all old iterators into the next plan: each old
@@ -360,7 +363,10 @@ class _Frame:
         drop_remainder: bool,
     ) -> tuple[np.ndarray, int, int, int]:
         """(owed leftovers, virtual start, step, length) of iterator (host, worker)."""
-        share = self.leftovers[host * workers + worker :: hosts * workers]
+        # A contiguous part of the leftovers: a resize then owes a slice of the runs again.
+        owed = ShardOptions(host * workers + worker, hosts * workers)
+        low, high = shard_bounds(len(self.leftovers), owed)
+        share = self.leftovers[low:high]
         start, stop = self.host_range(host, hosts, drop_remainder)
         if sequential:
             size, extra = divmod(stop - start, workers)
@@ -370,7 +376,7 @@ class _Frame:
 
 
 def _encode_runs(values: np.ndarray) -> list[list[int]]:
-    """Increasing `values` as runs [start, step, count], pairwise: vectorized, ~n/2 at worst."""
+    """`values` as arithmetic runs [start, step, count], left to right (a loop per run)."""
     if not len(values):
         return []
     steps = np.diff(values)
@@ -525,7 +531,8 @@ def _resized_state(ds: RecordRangeIterDataset[Any], states: Sequence[Any], like:
             owed.append(frame.records(start + step * np.arange(done, min(top, length))))
         low, high = frame.host_range(host, hosts, False)
         tails.append([low + workers * top, high])
-    leftovers = np.sort(np.concatenate(owed)) if owed else np.zeros(0, dtype=np.int64)
+    # In old iterator order, not sorted: each old iterator's part stays one run or a few.
+    leftovers = np.concatenate(owed) if owed else np.zeros(0, dtype=np.int64)
     segments: list[list[int]] = []
     for start, stop in tails:
         for lo, hi in frame.ranges(start, stop) if stop > start else []:
