@@ -17,6 +17,11 @@ another shard; a state with k = 0 fits any, as mp_prefetch gives each worker
 the initial state of an iterator made outside the workers). Restoring reads
 only from that record on: a Parquet row group and an offset in it, a TFRecord
 or JSON-lines byte offset.
+
+Resizes. `RecordRangeIterDataset.resized_state` turns the states of all
+hosts of a run into a state for another host or worker count: the records
+that no old iterator delivered become a *plan* (see "resizes" below) that
+the new iterators share and split, and that their states carry from then on.
 """
 
 from __future__ import annotations
@@ -51,6 +56,9 @@ class RecordRangeIterDataset(IterDataset[T]):
       files: the records, as a grain_sources RecordFiles.
       shard_options: which contiguous range of the records this host reads;
         None reads all of them (per worker, a share, inside `mp_prefetch`).
+
+    A state restores into the same host and worker count; `resized_state`
+    makes one for another count from the states of all old hosts.
     """
 
     def __init__(self, files: RecordFiles, shard_options: ShardOptions | None = None):
