@@ -303,5 +303,7 @@ def test_resizes_refuse_what_cannot_work(paths):
     three = ShardedParquetIterDataset(paths["parquet"], shard_options=ShardOptions(0, 3))
     with pytest.raises(ValueError, match="resized for 2 hosts of 1 workers"):
         iter(three).set_state(resized)
+    with pytest.raises(ValueError, match="states of all hosts of the last run"):
+        source.resized_state([resized], like)
     iterator.close()
     wrong_it.close()

@@ -495,6 +495,12 @@ def _resized_state(ds: RecordRangeIterDataset[Any], states: Sequence[Any], like:
     if any(other != plan for other in plans):
         raise ValueError("the old states come from different runs (their plans differ).")
     if plan is not None:
+        if isinstance(plan, dict) and (plan.get("hosts"), plan.get("workers")) != (hosts, workers):
+            raise ValueError(
+                f"the old states were resized for {plan.get('hosts')} hosts of "
+                f"{plan.get('workers')} workers, but {hosts} host states of {workers} workers "
+                "were passed: pass the states of all hosts of the last run, in host order."
+            )
         _check_plan(plan, (0, hosts, 0, workers, sequential), ds)
     frame = _Frame(ds._files.num_records, plan)
     owed: list[np.ndarray] = []
