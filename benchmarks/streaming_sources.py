@@ -25,6 +25,11 @@ after another (A/B interleaved within a round):
               hf_state_reshard (the same over ``hf.reshard()``: one HF shard
               per row group), hf_replay (resume="replay": reads and discards
               3/4 of the data).
+  resize_sharded_parquet  a run of 4 hosts x 4 workers (in-process worker
+              slices, each worker stopped at a different position, as a filter
+              makes them), resumed on 1 host: seconds of `resized_state` plus
+              set_state to the first element, the state's JSON bytes, and the
+              rows/s of reading the rest (compare read_sharded_parquet).
   Each restore line also has `peak_python_mb` (tracemalloc's peak over the
   restore and first element, from a second, traced restore; the time comes
   from the untraced one) and `arrow_mb` (pyarrow's allocated bytes right
@@ -162,6 +167,40 @@ def restore(case: str, paths, state: dict, traced: bool) -> tuple[float, float, 
     return took, peak / 2**20, arrow / 2**20, int(first["id"])
 
 
+def resize_case(paths: dict[str, list[str]]) -> tuple[float, int, float, list[int]]:
+    """(seconds to the first element, state bytes, rows/s of the rest, the ids read)."""
+    from grain_dataset.extension import iter_worker_slice
+
+    exp, hosts, workers = grain.experimental, 4, 4
+    old, read = [], []
+    for host in range(hosts):
+        ds = exp.ShardedParquetIterDataset(
+            paths["parquet"], shard_options=grain.sharding.ShardOptions(host, hosts)
+        )
+        leaves = []
+        for worker in range(workers):
+            iterator = iter_worker_slice(ds, worker, workers)
+            start, stop = ds.shard_range
+            for _ in range((stop - start) // (4 * workers) + 97 * worker):
+                read.append(int(next(iterator)["id"]))
+            leaves.append(iterator.get_state())
+            iterator.close()
+        old.append({"next_worker": 0, "parents": leaves})
+    states = json.loads(json.dumps(old))
+    source = exp.ShardedParquetIterDataset(paths["parquet"])
+    started = time.perf_counter()
+    iterator = iter(source)
+    resized = source.resized_state(states, iterator.get_state())
+    iterator.set_state(resized)
+    read.append(int(next(iterator)["id"]))
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    rest = [int(row["id"]) for row in iterator]
+    took = time.perf_counter() - started
+    iterator.close()
+    return first, len(json.dumps(resized)), len(rest) / took, read + rest
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=50_000, help="rows per file")
@@ -216,6 +255,16 @@ def main() -> int:
                 "arrow_mb": round(statistics.median(r[2] for r in rows), 2),
             }
             print(json.dumps({**line, **common}))
+        resizes = [resize_case(paths) for _ in range(args.repeats)]
+        if sorted(resizes[0][3]) != sorted(range(total)):
+            bad.append("resize_sharded_parquet: records lost or repeated")
+        line = {
+            "case": "resize_sharded_parquet",
+            "seconds": statistics.median(r[0] for r in resizes),
+            "state_bytes": resizes[0][1],
+            "rows_per_s": round(statistics.median(r[2] for r in resizes)),
+        }
+        print(json.dumps({**line, **common}))
     for problem in bad:
         print(problem, file=sys.stderr)
     return 3 if bad else 0

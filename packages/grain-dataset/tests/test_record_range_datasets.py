@@ -188,3 +188,122 @@ def test_bad_arguments_say_what_to_pass(paths, tmp_path):
         ShardedTFRecordIterDataset([paths["tfrecord"][0], str(tmp_path / "gone.tfrecord")])
     with pytest.raises(ValueError, match="empty"):
         ShardedJsonLinesIterDataset([])
+
+
+# -- resizes: another host or worker count after a checkpoint ------------------------
+
+
+def _source(paths, kind, options):
+    """(the sharded source, the pipeline over it that yields rows)."""
+    if kind == "parquet":
+        source = ShardedParquetIterDataset(paths[kind], shard_options=options)
+        return source, source
+    if kind == "tfrecord":
+        source = ShardedTFRecordIterDataset(paths[kind], shard_options=options)
+        return source, source.map(json.loads)
+    source = ShardedJsonLinesIterDataset(paths[kind], shard_options=options)
+    return source, source
+
+
+def _host_state(leaves, sequential):
+    """A host's state of the shape mp_prefetch gives it (one state without workers)."""
+    if len(leaves) == 1 and not sequential:
+        return leaves[0]
+    state = {"next_worker": 0, "parents": leaves}
+    if sequential:
+        state["sequential_slice"] = 1
+    return state
+
+
+def _run_hosts(paths, kind, hosts, workers, sequential, states, takes):
+    """Every host and worker of one run: restored from `states`, each reads its take."""
+    delivered, saved = [], []
+    for host in range(hosts):
+        source, ds = _source(paths, kind, ShardOptions(host, hosts))
+        iterators = [iter_worker_slice(ds, w, workers, sequential) for w in range(workers)]
+        like = _host_state([it.get_state() for it in iterators], sequential)
+        if states is not None:
+            resized = json.loads(json.dumps(source.resized_state(states, like)))
+            parts = resized.get("parents", [resized])
+            for iterator, part in zip(iterators, parts, strict=True):
+                iterator.set_state(part)
+        for w, iterator in enumerate(iterators):
+            for _ in range(takes(host, w)):
+                try:
+                    delivered.append(next(iterator)["id"])
+                except StopIteration:
+                    break
+        saved.append(_host_state([it.get_state() for it in iterators], sequential))
+        for iterator in iterators:
+            iterator.close()
+    return delivered, saved
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(KINDS), data=st.data())
+def test_resizes_lose_and_repeat_nothing(paths, kind, data):
+    # Runs with random host and worker counts and slicings, each stopped at random
+    # positions (workers at different paces), the last one read to the end.
+    delivered, states = [], None
+    runs = data.draw(st.integers(1, 4))
+    for run in range(runs + 1):
+        hosts, workers = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 4))
+        sequential = data.draw(st.booleans())
+        last = run == runs
+        takes = st.integers(0, 30)
+
+        def take(host, worker, last=last, takes=takes):
+            return TOTAL if last else data.draw(takes)
+
+        out, states = _run_hosts(paths, kind, hosts, workers, sequential, states, take)
+        delivered += out
+    assert sorted(delivered) == list(range(TOTAL))
+
+
+def test_a_resized_state_is_small_and_restores_as_saved(paths):
+    # 3 hosts of 4 workers at uneven paces -> 2 hosts of 3 workers, then a plain resume.
+    def take(host, worker):
+        return 3 + 2 * worker + host
+
+    head, old = _run_hosts(paths, "parquet", 3, 4, False, None, take)
+    middle, states = _run_hosts(paths, "parquet", 2, 3, False, old, take)
+    plan = states[0]["parents"][0]["plan"]
+    # A run per old worker at most, a range per old host: a few integers per old shard.
+    assert len(plan["leftovers"]) <= 12
+    assert len(plan["segments"]) <= 3
+    assert json.loads(json.dumps(states)) == states
+    rest, _ = _run_hosts(paths, "parquet", 2, 3, False, states, lambda h, w: TOTAL)
+    assert sorted(head + middle + rest) == list(range(TOTAL))
+    assert len(set(head + middle)) == len(head + middle)
+
+
+def test_resizes_refuse_what_cannot_work(paths):
+    source = ShardedParquetIterDataset(paths["parquet"], shard_options=ShardOptions(0, 2))
+    iterator = iter(source)
+    next(iterator)
+    state = iterator.get_state()
+    like = iter(source).get_state()
+    with pytest.raises(TypeError, match="list of the states of all hosts"):
+        source.resized_state(state, like)
+    with pytest.raises(ValueError, match=r"keep\s+no state of their own"):
+        source.resized_state([{"parent": state, "buffer": [1]}], like)
+    # One host's state passed as if it were the only host: record 1 is not host 0 of 1's.
+    wrong = ShardedParquetIterDataset(paths["parquet"], shard_options=ShardOptions(1, 2))
+    wrong_it = iter(wrong)
+    next(wrong_it)
+    with pytest.raises(ValueError, match="in host order"):
+        source.resized_state([wrong_it.get_state(), state], like)
+    dropping = ShardedParquetIterDataset(
+        paths["parquet"], shard_options=ShardOptions(0, 2, drop_remainder=True)
+    )
+    with pytest.raises(ValueError, match="drop_remainder=False"):
+        dropping.resized_state([state, state], like)
+    # A resized state restores only into the host and worker count it was made for.
+    resized = source.resized_state([state, like], like)
+    three = ShardedParquetIterDataset(paths["parquet"], shard_options=ShardOptions(0, 3))
+    with pytest.raises(ValueError, match="resized for 2 hosts of 1 workers"):
+        iter(three).set_state(resized)
+    with pytest.raises(ValueError, match="states of all hosts of the last run"):
+        source.resized_state([resized], like)
+    iterator.close()
+    wrong_it.close()

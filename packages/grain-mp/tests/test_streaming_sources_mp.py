@@ -8,13 +8,16 @@ read the host's piece of a filtered HF stream, and a resume loses and repeats
 nothing. Parquet rows as a random-access source (RecordFilesDataSource):
 ElasticIterator resumes a filtered run of 2 shards on 3 with every element
 at most once and none lost but the last partial batch, and mp_prefetch
-restores a state of 2 workers with 3.
+restores a state of 2 workers with 3. Resizes: record-range states saved by
+H hosts of W workers continue on H' hosts of W' workers (`resized_state`),
+every record delivered once over the runs.
 """
 
 import collections
 import contextlib
 import json
 import os
+import random
 
 import numpy as np
 import pytest
@@ -173,3 +176,47 @@ def test_parquet_rows_restore_with_another_worker_count(paths):
     rest = list(resumed)
     resumed.close()
     assert head + rest == whole
+
+
+def _resized_run(paths, kind, hosts, workers, sequential, states, rng, last):
+    cls = ShardedParquetIterDataset if kind == "parquet" else ShardedJsonLinesIterDataset
+    delivered, saved = [], []
+    for host in range(hosts):
+        source = cls(paths[kind], shard_options=ShardOptions(host, hosts))
+        ds = source.filter(_keep)
+        if workers:
+            options = MultiprocessingOptions(num_workers=workers, per_worker_buffer_size=2)
+            ds = ds.mp_prefetch(options, sequential_slice=sequential)
+        iterator = iter(ds)
+        if states is not None:
+            resized = source.resized_state(states, iterator.get_state())
+            iterator.set_state(json.loads(json.dumps(resized)))
+        if last:
+            delivered += _rest(iterator)
+            continue
+        for _ in range(rng.randrange(0, 30)):
+            try:
+                delivered.append(next(iterator)["id"])
+            except StopIteration:
+                break
+        saved.append(json.loads(json.dumps(iterator.get_state())))
+        iterator.close()
+    return delivered, saved
+
+
+@pytest.mark.parametrize("kind", ["parquet", "jsonl"])
+@pytest.mark.parametrize("seed", range(4))
+def test_record_ranges_resize_hosts_and_workers(paths, kind, seed):
+    # Random host and worker counts and slicings, stopped at random positions (a
+    # filter makes the workers' paces differ), then read to the end on another count.
+    rng = random.Random(seed)
+    runs = [(2, 3, False), (3, 2, False)] if seed == 0 else []
+    while len(runs) < 3:
+        runs.append((rng.randrange(1, 4), rng.choice([0, 2, 3]), rng.random() < 0.3))
+    delivered, states = [], None
+    for number, (hosts, workers, sequential) in enumerate(runs):
+        out, states = _resized_run(
+            paths, kind, hosts, workers, sequential, states, rng, last=number == len(runs) - 1
+        )
+        delivered += out
+    assert sorted(delivered) == [i for i in range(TOTAL) if _keep({"id": i})]
