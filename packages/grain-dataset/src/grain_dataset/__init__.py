@@ -1,25 +1,22 @@
 """grain_dataset: MapDataset, IterDataset and DatasetIterator.
 
 Layout: the dataset layer, above grain_index (index math) and grain_sources,
-below grain_mp. `_base` holds the three base classes and nothing else; each
-transformation is a module of its own that registers itself with `_base` (or
-is constructed directly, as `grain.experimental` classes are), so importing
-this package attaches them all:
+below grain_mp. The private modules live in rooms, each with a README.md of
+what it holds and what it may import (test_layering checks it); a room
+imports only the rooms above it in this table:
 
-  _source, _map, _shuffle, _slice, _repeat, _batch, _combine    MapDataset stages
-  _seeding                                                      MapDataset.seed
-  _window_shuffle, _zip, _flat_map, _cache                      more stages (both kinds)
-  _read_ahead, _daemon_pool                                     to_iter_dataset's threads
-  _iter_map, _iter_mix, _with_options, _mp_hook                 IterDataset stages
-  _limit, _rebatch, _file_iter, _interleave                     more IterDataset stages
-  _record_range_iter, _hf_iter                                  sharded streaming sources
-  _packing, _concat_split, _token_budget                        sequence models: pack, batch
-  _cost_mix                                                     mix(costs=...): by tokens
-  _thread_prefetch                                              a background thread per stage
-  _transforms, _tree, _pad, _options, _apply, _element_spec     protocols, batching, options
-  _conformance                                                  the checkpoint contract check
-  _stats, _pipeline_repr                                        statistics and str(ds)
-  extension       what grain-mp and grain-jax build on (stage bases, state checks, ...)
+  _common        values, protocols, the declared stage traits (_contract)
+  _runtime       what each iterator carries: guard, fingerprint, state files
+  _core          the three bases (_base), the stage bases, seeding, statistics
+  _threads       to_iter_dataset's read-ahead, the per-stage prefetch thread
+  _map_stages    MapDataset stages (and their IterDataset twins)
+  _iter_stages   IterDataset stages, streaming sources, positional pipelines
+  _sequences     packing, concat-split, token-budget batches
+
+Each transformation module registers its methods with `_core._base`, so
+importing this package attaches them all. The public modules: this one,
+`extension` (what grain-mp and grain-jax build on), `stages` (the public stage
+classes) and `monitoring`.
 """
 
 # Each of these registers its transformations with `_core._base` on import.
