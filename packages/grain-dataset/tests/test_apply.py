@@ -25,7 +25,7 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
-from grain_dataset._core._apply import apply_transformations
+from grain_dataset._map_stages._apply import apply_transformations
 
 
 class Double(MapTransform):

@@ -46,7 +46,7 @@ from grain_dataset._common._transforms import (
 )
 from grain_dataset._common._tree import stack as stack
 from grain_dataset._core import _seeding  # noqa: F401
-from grain_dataset._core._apply import apply_transformations as apply_transformations
+from grain_dataset._map_stages._apply import apply_transformations as apply_transformations
 from grain_dataset._core._base import DatasetIterator as DatasetIterator
 from grain_dataset._core._base import IterDataset as IterDataset
 from grain_dataset._core._base import MapDataset as MapDataset
