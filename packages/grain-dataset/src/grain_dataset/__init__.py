@@ -19,7 +19,6 @@ importing this package attaches them all. The public modules: this one,
 classes) and `monitoring`.
 """
 
-# Each of these registers its transformations with `_core._base` on import.
 from grain_dataset import monitoring as monitoring
 from grain_dataset import stages as stages
 from grain_dataset._common._config import Config as Config
@@ -45,8 +44,7 @@ from grain_dataset._common._transforms import (
     UnsupportedTransformationError as UnsupportedTransformationError,
 )
 from grain_dataset._common._tree import stack as stack
-from grain_dataset._core import _seeding  # noqa: F401
-from grain_dataset._map_stages._apply import apply_transformations as apply_transformations
+from grain_dataset._core import _seeding  # noqa: F401 - registers its methods with _base
 from grain_dataset._core._base import DatasetIterator as DatasetIterator
 from grain_dataset._core._base import IterDataset as IterDataset
 from grain_dataset._core._base import MapDataset as MapDataset
@@ -58,8 +56,8 @@ from grain_dataset._core._next_index import set_next_index as set_next_index
 from grain_dataset._core._stats import PipelineStats as PipelineStats
 from grain_dataset._core._stats import StageStats as StageStats
 from grain_dataset._core._stats import track as track_stats
-from grain_dataset._iter_stages import _iter_map, _iter_mix, _mp_hook  # noqa: F401
-from grain_dataset._map_stages import (  # noqa: F401
+from grain_dataset._iter_stages import _iter_map, _iter_mix, _mp_hook  # noqa: F401 - same
+from grain_dataset._map_stages import (  # noqa: F401 - each registers with _base
     _batch,
     _combine,
     _map,
@@ -68,13 +66,14 @@ from grain_dataset._map_stages import (  # noqa: F401
     _slice,
     _source,
 )
+from grain_dataset._map_stages._apply import apply_transformations as apply_transformations
 from grain_dataset._map_stages._pad import batch_and_pad as batch_and_pad
 from grain_dataset._runtime._fingerprint import UnverifiedStateWarning as UnverifiedStateWarning
 from grain_dataset._runtime._fingerprint import force_restore as force_restore
 from grain_dataset._runtime._fingerprint import unstamped as unstamped
 from grain_dataset._runtime._fingerprint import without_fingerprint as without_fingerprint
 from grain_dataset._sequences._concat_split import BOSHandling as BOSHandling
-from grain_dataset._threads import _read_ahead  # noqa: F401
+from grain_dataset._threads import _read_ahead  # noqa: F401 - registers to_iter_dataset
 from grain_dataset.stages import *  # noqa: F403 - the public stages, listed there
 
 __all__ = [
