@@ -56,7 +56,7 @@ from grain_dataset._core._next_index import set_next_index as set_next_index
 from grain_dataset._core._stats import PipelineStats as PipelineStats
 from grain_dataset._core._stats import StageStats as StageStats
 from grain_dataset._core._stats import track as track_stats
-from grain_dataset._iter_stages import _iter_map, _iter_mix, _mp_hook  # noqa: F401 - same
+from grain_dataset._iter_stages import _iter_map, _iter_mix, _mp_hook  # noqa: F401 - each registers
 from grain_dataset._map_stages import (  # noqa: F401 - each registers with _base
     _batch,
     _combine,
