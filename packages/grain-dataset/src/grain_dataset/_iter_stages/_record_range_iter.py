@@ -5,7 +5,7 @@ The records of all files are numbered 0 .. N-1 across the files in order
 numbers (`grain_index.shard_bounds`: sizes differ by at most one record, or
 are equal with `drop_remainder`), whatever the number of files: two files
 serve eight hosts. Inside a worker of `mp_prefetch` (the pipeline's worker
-slice, see grain_dataset._core._worker_slice) the range is split again: worker w of
+slice, see grain_dataset._worker_slice) the range is split again: worker w of
 n takes the records w, w+n, ... of it, so that the workers' elements, taken in
 turn as mp_prefetch takes them, are the records in the order one process reads
 them; with ``sequential_slice`` it takes the w-th contiguous part.

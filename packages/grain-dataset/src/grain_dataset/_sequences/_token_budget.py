@@ -97,7 +97,7 @@ def _powers_of_two(low: int, high: int) -> list[int]:
 class TokenBudgetBatchIterDataset(IterStage):
     """Batches of as many sequences as fit a token budget, in a few padded shapes.
 
-    See the module docstring of `grain_dataset._sequences._token_budget` (and docs/dataset.md,
+    See the module docstring of `grain_dataset._token_budget` (and docs/dataset.md,
     "Batches by token budget") for the rules, the output and the state.
 
     Args:
