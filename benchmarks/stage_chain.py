@@ -4,9 +4,9 @@ Usage: python benchmarks/stage_chain.py [--repeats 7] [--size 200000] [--label N
 
 The elements are ints and every transformation is the identity, so the time is
 the pipeline's own per-element cost: the stage iterators' ``__next__``, the
-guard's entry in front of each (grain_dataset._guard), the read-ahead's chunks.
+guard's entry in front of each (grain_dataset._runtime._guard), the read-ahead's chunks.
 It is the benchmark to run before and after a change to the bases or the stage
-contract (grain_dataset._contract): a change that adds work per element per
+contract (grain_dataset._common._contract): a change that adds work per element per
 stage shows here first. Cases:
 
   iter_maps_5    to_iter_dataset(0 threads) then 5 IterDataset maps

@@ -2,7 +2,8 @@
 
 The iterator a user holds (from ``iter(ds)`` or ``iter(data_loader)``)
 serializes ``next()``, ``get_state()``, ``set_state()`` and ``close()``
-(`grain_dataset._guard`; "Thread safety" in docs/troubleshooting.md). So two threads calling
+(`grain_dataset._runtime._guard`; "Thread safety" in docs/troubleshooting.md). So two
+threads calling
 ``next()`` on one iterator get distinct elements that together are exactly the
 single-threaded stream; a state taken by another thread while one iterates is
 always a position between two elements, which restores exactly; ``close()``

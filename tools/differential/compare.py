@@ -91,7 +91,7 @@ def same_family(ours: dict[str, Any], up: dict[str, Any]) -> bool:
 
 _ADDRESS = re.compile(r"\b0x[0-9a-fA-F]+\b")
 # `grain._src.python.dataset.transformations.map.MapMapDataset` (upstream) and
-# `grain_dataset._map.MapMapDataset` (ours) are the same public class.
+# `grain_dataset._map_stages._map.MapMapDataset` (ours) are the same public class.
 _CLASS_PATH = re.compile(r"\b(?:grain|grain_\w+|__main__)(?:\.\w+)*\.(\w+)")
 # numpy reprs print their data (and wrap it differently by width): keep the word.
 _ARRAY = re.compile(r"\barray\((?:[^()]|\([^()]*\))*\)")

@@ -3,7 +3,7 @@
 Each result is compared with the same pipeline written with the dataset
 methods, on MapDataset and IterDataset. Plain callables, unknown objects and
 ambiguous ones raise TypeError listing what is accepted; a FlatMapTransform
-uses grain_dataset._flat_map's stages when that module exists and raises
+uses grain_dataset._map_stages._flat_map's stages when that module exists and raises
 NotImplementedError naming the alternative when it does not.
 """
 
@@ -25,7 +25,7 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
-from grain_dataset._apply import apply_transformations
+from grain_dataset._map_stages._apply import apply_transformations
 
 
 class Double(MapTransform):
@@ -163,7 +163,7 @@ def test_applied_iter_pipeline_checkpoints():
 
 @pytest.mark.parametrize("kind", ["map", "iter"])
 def test_flat_map_without_the_module_names_the_alternative(kind, monkeypatch):
-    monkeypatch.setitem(sys.modules, "grain_dataset._flat_map", None)
+    monkeypatch.setitem(sys.modules, "grain_dataset._map_stages._flat_map", None)
     source = MapDataset.range(3) if kind == "map" else iter_source(3)
     name = "FlatMapMapDataset" if kind == "map" else "FlatMapIterDataset"
     with pytest.raises(NotImplementedError, match=f"Split.*{name}"):
@@ -180,10 +180,10 @@ def test_flat_map_uses_the_flat_map_stages_when_present(monkeypatch):
 
         return build
 
-    fake = types.ModuleType("grain_dataset._flat_map")
+    fake = types.ModuleType("grain_dataset._map_stages._flat_map")
     fake.FlatMapMapDataset = stage("map")
     fake.FlatMapIterDataset = stage("iter")
-    monkeypatch.setitem(sys.modules, "grain_dataset._flat_map", fake)
+    monkeypatch.setitem(sys.modules, "grain_dataset._map_stages._flat_map", fake)
     split = Split()
     source = MapDataset.range(3)
     apply_transformations(source, [split])
@@ -194,7 +194,7 @@ def test_flat_map_uses_the_flat_map_stages_when_present(monkeypatch):
 
 def test_flat_map_with_the_real_module_if_it_exists():
     try:
-        import grain_dataset._flat_map  # noqa: F401
+        import grain_dataset._map_stages._flat_map  # noqa: F401
     except ModuleNotFoundError:
         with pytest.raises(NotImplementedError, match="FlatMapIterDataset"):
             apply_transformations(iter_source(3), Split())

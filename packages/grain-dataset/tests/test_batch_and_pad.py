@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from grain_dataset import MapDataset, ReadOptions, stack
-from grain_dataset._pad import batch_and_pad
+from grain_dataset._map_stages._pad import batch_and_pad
 
 Point = collections.namedtuple("Point", ["x", "y"])
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from grain_dataset import MapDataset, ReadOptions, assert_equal_output_after_checkpoint
-from grain_dataset._cache import CachedMapDataset
+from grain_dataset._map_stages._cache import CachedMapDataset
 
 
 class Counter:

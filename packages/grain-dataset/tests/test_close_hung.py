@@ -27,8 +27,8 @@ import weakref
 import pytest
 
 from grain_dataset import MapDataset, ReadOptions
-from grain_dataset._guard import CLOSE_TIMEOUT_S
-from grain_dataset._thread_prefetch import THREAD_NAME, ThreadPrefetchIterDataset
+from grain_dataset._runtime._guard import CLOSE_TIMEOUT_S
+from grain_dataset._threads._thread_prefetch import THREAD_NAME, ThreadPrefetchIterDataset
 
 # close() from another thread: its bound, with room for a loaded 2-core machine.
 CLOSE_LIMIT_S = CLOSE_TIMEOUT_S + 0.5
@@ -167,7 +167,7 @@ import threading
 import time
 
 from grain_dataset import MapDataset, ReadOptions
-from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset
+from grain_dataset._threads._thread_prefetch import ThreadPrefetchIterDataset
 
 
 def hang(x):

@@ -125,7 +125,7 @@ def test_the_cached_debug_mode_survives_updates_from_another_thread():
     # debug_mode() caches py_debug_mode and config.update clears the cache: filling it
     # raced with the clearing (on 3.13t with the GIL off, an IndexError in about one
     # run of two, and the cache holding two values).
-    from grain_dataset._config import _debug_mode, debug_mode
+    from grain_dataset._common._config import _debug_mode, debug_mode
 
     errors: list[BaseException] = []
     done = threading.Event()

@@ -141,7 +141,7 @@ def test_map_mix_by_cost_refuses_infinite_components_and_bad_weights():
 
 
 def test_map_mix_reads_a_manifests_lengths(tmp_path):
-    from grain_dataset._cost_mix import manifest_lengths
+    from grain_dataset._map_stages._cost_mix import manifest_lengths
 
     with pytest.raises(ValueError, match="cannot read the manifest"):
         manifest_lengths(tmp_path / "missing.manifest.json")

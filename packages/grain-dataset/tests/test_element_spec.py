@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 
 from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions
-from grain_dataset._element_spec import ShapeDtypeStruct, get_element_spec, map_with_path, spec_of
+from grain_dataset._core._element_spec import (
+    ShapeDtypeStruct,
+    get_element_spec,
+    map_with_path,
+    spec_of,
+)
 
 Point = collections.namedtuple("Point", ["x", "y"])
 

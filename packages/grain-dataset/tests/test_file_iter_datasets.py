@@ -12,7 +12,7 @@ from grain_dataset import (
     assert_equal_output_after_checkpoint,
     without_fingerprint,
 )
-from grain_dataset._file_iter import ParquetIterDataset, TFRecordIterDataset
+from grain_dataset._iter_stages._file_iter import ParquetIterDataset, TFRecordIterDataset
 from grain_sources import CorruptRecordError, write_tfrecord
 
 pa = pytest.importorskip("pyarrow")

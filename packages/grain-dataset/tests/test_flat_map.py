@@ -11,7 +11,7 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
-from grain_dataset._flat_map import FlatMapIterDataset, FlatMapMapDataset
+from grain_dataset._map_stages._flat_map import FlatMapIterDataset, FlatMapMapDataset
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,12 +20,12 @@ import time
 import pytest
 
 from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions
-from grain_dataset._conformance import assert_equal_output_after_checkpoint
-from grain_dataset._file_iter import TFRecordIterDataset
-from grain_dataset._interleave import OPEN_THREAD_NAME, InterleaveIterDataset
-from grain_dataset._state import check_state
-from grain_dataset._thread_prefetch import THREAD_NAME
-from grain_dataset._window_shuffle import WindowShuffleIterDataset
+from grain_dataset._common._conformance import assert_equal_output_after_checkpoint
+from grain_dataset._core._state import check_state
+from grain_dataset._iter_stages._file_iter import TFRecordIterDataset
+from grain_dataset._iter_stages._interleave import OPEN_THREAD_NAME, InterleaveIterDataset
+from grain_dataset._map_stages._window_shuffle import WindowShuffleIterDataset
+from grain_dataset._threads._thread_prefetch import THREAD_NAME
 from grain_sources import write_tfrecord
 
 pytestmark = pytest.mark.timeout(60)
@@ -452,7 +452,7 @@ def test_interpreter_exit_is_silent():
         """
         import time
         from grain_dataset import MapDataset
-        from grain_dataset._interleave import InterleaveIterDataset
+        from grain_dataset._iter_stages._interleave import InterleaveIterDataset
 
         def make(d):
             time.sleep(0.5 if d == 2 else 0)  # still opening at exit

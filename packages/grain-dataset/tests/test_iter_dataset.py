@@ -25,7 +25,7 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
-from grain_dataset._guard import unguard
+from grain_dataset._runtime._guard import unguard
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -593,7 +593,9 @@ def test_only_the_outermost_iterator_is_guarded_and_keeps_its_class():
     assert "_call_lock" in iterator.__dict__
     assert "_call_lock" not in inner.__dict__
     assert type(iterator).__name__ == "_BatchIterator"
-    assert type(iterator).__module__ == "grain_dataset._batch"  # its own class, none made
+    assert (
+        type(iterator).__module__ == "grain_dataset._map_stages._batch"
+    )  # its own class, none made
     assert isinstance(iterator, DatasetIterator)
     unguard(iterator)
     assert "_call_lock" not in iterator.__dict__

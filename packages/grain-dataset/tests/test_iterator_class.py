@@ -1,7 +1,7 @@
 """An iterator keeps the class its code made: the guard, statistics and close() never swap it.
 
 The guard (one thread at a time, fingerprint stamps, closed iterators) and the
-statistics timer hook an iterator's methods per instance (grain_dataset._guard);
+statistics timer hook an iterator's methods per instance (grain_dataset._runtime._guard);
 these tests hold the iterator's class fixed through all of them, and check the
 behaviour that hooking gives still holds for a user's own iterator classes.
 """
@@ -24,8 +24,8 @@ from grain_dataset import (
     WithOptionsIterDataset,
     track_stats,
 )
-from grain_dataset._config import config
-from grain_dataset._fingerprint import KEY
+from grain_dataset._common._config import config
+from grain_dataset._runtime._fingerprint import KEY
 
 
 class CountIterator(DatasetIterator):

@@ -19,7 +19,7 @@ from grain_dataset import (
     ReadOptions,
     WithOptionsIterDataset,
 )
-from grain_dataset._options import MIN_FILTER_CHECK
+from grain_dataset._common._options import MIN_FILTER_CHECK
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -22,8 +22,8 @@ from grain_dataset import (
     assert_equal_output_after_checkpoint,
     without_fingerprint,
 )
-from grain_dataset._concat_split import BOSHandling, ConcatThenSplitIterDataset
-from grain_dataset._packing import BestFitPackIterDataset, FirstFitPackIterDataset
+from grain_dataset._sequences._concat_split import BOSHandling, ConcatThenSplitIterDataset
+from grain_dataset._sequences._packing import BestFitPackIterDataset, FirstFitPackIterDataset
 
 pytestmark = pytest.mark.timeout(60)
 

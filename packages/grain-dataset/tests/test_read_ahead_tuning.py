@@ -8,7 +8,7 @@ of the window, each with the consumer's wait and the readers' CPU time.
 
 import pytest
 
-from grain_dataset import _read_ahead
+from grain_dataset._threads import _read_ahead
 
 
 class FakeClock:

@@ -17,7 +17,7 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
-from grain_dataset._rebatch import RebatchIterDataset
+from grain_dataset._iter_stages._rebatch import RebatchIterDataset
 
 
 def tree_batch(start: int, rows: int) -> dict:

@@ -19,9 +19,9 @@ from grain_dataset import (
     ShardedJsonLinesIterDataset,
     ShardedParquetIterDataset,
     ShardedTFRecordIterDataset,
-    _record_range_iter,
     assert_equal_output_after_checkpoint,
 )
+from grain_dataset._iter_stages import _record_range_iter
 from grain_dataset.extension import iter_worker_slice
 from grain_index import ShardOptions
 from grain_sources import write_tfrecord, write_tfrecord_index

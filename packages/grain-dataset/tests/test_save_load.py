@@ -16,7 +16,7 @@ import types
 import pytest
 
 from grain_dataset import DatasetIterator, MapDataset
-from grain_dataset._state_file import state_file_name
+from grain_dataset._runtime._state_file import state_file_name
 
 
 def pipeline():

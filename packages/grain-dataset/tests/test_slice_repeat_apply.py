@@ -15,7 +15,7 @@ from grain_dataset import (
     ReadOptions,
     TfRandomMap,
 )
-from grain_dataset._transforms import UnsupportedTransformationError
+from grain_dataset._common._transforms import UnsupportedTransformationError
 
 # -- slice by indices -------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Every stage class of the workspace against the declared stage contract.
 
-The contract is grain_dataset._contract: the traits other modules read off a
+The contract is grain_dataset._common._contract: the traits other modules read off a
 stage or an iterator, each with its default. This test imports every module of
 the packages that define stages, enumerates the subclasses of the bases, and
 checks for each class that
@@ -134,7 +134,7 @@ def test_traits_hold_declared_values_that_agree(cls):
 
 
 def test_the_contract_lists_every_trait_its_classes_declare():
-    from grain_dataset._contract import TRAITS
+    from grain_dataset._common._contract import TRAITS
 
     for traits, names in TRAITS.items():
         own = {name for name in vars(traits) if not name.startswith("__")}
@@ -150,7 +150,7 @@ def test_positional_traits_are_not_inherited_by_a_subclass():
 
 
 def _trait_names() -> set[str]:
-    from grain_dataset._contract import TRAITS
+    from grain_dataset._common._contract import TRAITS
 
     return {name for names in TRAITS.values() for name in names}
 

@@ -20,9 +20,9 @@ import traceback
 import pytest
 
 from grain_dataset import DatasetIterator, IterDataset, MapDataset, ReadOptions, without_fingerprint
-from grain_dataset._conformance import assert_equal_output_after_checkpoint
-from grain_dataset._state import check_state
-from grain_dataset._thread_prefetch import THREAD_NAME, ThreadPrefetchIterDataset
+from grain_dataset._common._conformance import assert_equal_output_after_checkpoint
+from grain_dataset._core._state import check_state
+from grain_dataset._threads._thread_prefetch import THREAD_NAME, ThreadPrefetchIterDataset
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -382,7 +382,7 @@ def test_interpreter_exit_is_silent():
         """
         import time
         from grain_dataset import MapDataset
-        from grain_dataset._thread_prefetch import ThreadPrefetchIterDataset
+        from grain_dataset._threads._thread_prefetch import ThreadPrefetchIterDataset
 
         def slow(x):
             time.sleep(0.5)

@@ -1,6 +1,6 @@
 """`stack`'s level-at-a-time path gives what the element-by-element walk gives.
 
-`grain_dataset._tree._VECTORIZED` switches between the two; every case here
+`grain_dataset._common._tree._VECTORIZED` switches between the two; every case here
 stacks the same elements both ways and requires the same result (structure and
 container types, dict key order, values, dtypes and shapes) or the same error
 (type and message).
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import grain_dataset._tree as tree
+import grain_dataset._common._tree as tree
 from grain_dataset import MapDataset, ReadOptions, stack
 
 

@@ -17,7 +17,10 @@ from grain_dataset import (
     ReadOptions,
     assert_equal_output_after_checkpoint,
 )
-from grain_dataset._window_shuffle import WindowShuffleIterDataset, WindowShuffleMapDataset
+from grain_dataset._map_stages._window_shuffle import (
+    WindowShuffleIterDataset,
+    WindowShuffleMapDataset,
+)
 
 pytestmark = pytest.mark.timeout(60)
 

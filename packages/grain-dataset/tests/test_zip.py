@@ -10,7 +10,7 @@ from grain_dataset import (
     assert_equal_output_after_checkpoint,
     without_fingerprint,
 )
-from grain_dataset._zip import ZipIterDataset, ZipMapDataset
+from grain_dataset._map_stages._zip import ZipIterDataset, ZipMapDataset
 
 pytestmark = pytest.mark.timeout(60)
 

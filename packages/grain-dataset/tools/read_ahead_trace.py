@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
 
 import jpeg  # benchmarks/jpeg.py, found through the path above
 
-from grain_dataset import _read_ahead
+from grain_dataset._threads import _read_ahead
 
 
 def main() -> None:

@@ -29,7 +29,10 @@ interpreters count too. Rules checked:
       exception, grain_dataset's lazy import of grain_mp inside
       `IterDataset.mp_prefetch`; the packages form no cycle; and each
       package's pyproject.toml declares exactly the grain packages its library
-      code imports (besides that lazy one).
+      code imports (besides that lazy one);
+  (d) inside grain_dataset, each room (private subpackage) imports only the rooms
+      declared below it (ROOMS, and each room's README.md), no room imports the
+      public modules, and no private module lives outside a room.
 Tests, integration tests and benchmarks may import any layer (they run in the
 whole workspace), through public names only. `grain._src` is exempt from (a):
 it re-exports public names under Grain's private paths for clients that import
@@ -511,3 +514,136 @@ def test_a_planted_upward_import_or_cycle_is_caught():
             {"grain_index": {"grain_sources": False}, "grain_sources": {"grain_index": False}}
         )
     )
+
+
+# Rooms inside grain_dataset: its private modules live in subpackages, each importing
+# only the rooms listed for it here (its README.md says the same; checked below). The
+# public modules (grain_dataset itself, .extension, .stages, .monitoring) may import any
+# room; no room imports them, and no private module lives outside a room.
+DATASET = ROOT / "packages/grain-dataset/src/grain_dataset"
+ROOMS = {
+    "_common": set(),
+    "_runtime": {"_common"},
+    "_core": {"_common", "_runtime"},
+    "_threads": {"_common", "_runtime", "_core"},
+    "_map_stages": {"_common", "_runtime", "_core"},
+    "_iter_stages": {"_common", "_runtime", "_core", "_threads", "_map_stages"},
+    "_sequences": {"_common", "_runtime", "_core", "_threads", "_map_stages", "_iter_stages"},
+}
+PUBLIC = "the public modules"
+# Edges against those rules, each with why. A listed edge that no longer occurs fails too,
+# so the list only shrinks.
+ROOM_EXCEPTIONS = {
+    # Inside a function: a batch-size change on restore needs `is_infinite`.
+    ("_runtime._fingerprint", "_core"),
+    # Another lane edits this module now; its imports can name the rooms after that merge.
+    ("_sequences._token_budget", PUBLIC),
+}
+_MAY_IMPORT = re.compile(r"^\*\*May import:\*\*(.*)$", re.M)
+
+
+def _room_named(path):
+    """The room a dotted path names inside grain_dataset (PUBLIC, a room, or a private
+    module outside any room); None for a path outside grain_dataset."""
+    parts = path.split(".")
+    if parts[0] != "grain_dataset":
+        return None
+    if len(parts) == 1 or (parts[1].startswith("__") and parts[1].endswith("__")):
+        return None  # the package itself (its directory, say), loaded before any room
+    if not _is_private(parts[1]):
+        return PUBLIC
+    return parts[1]
+
+
+def room_problems(modules):
+    """{module: source}, modules named relative to grain_dataset ("_core._base",
+    "extension"): every reference from a room to a room it may not import, and every
+    private module outside a room. Returns (problems, exceptions that were used)."""
+    problems, used = set(), set()
+    for module, source in sorted(modules.items()):
+        parts = module.split(".")
+        if not _is_private(parts[0]):
+            continue  # a public module: may import any room
+        if parts[0] not in ROOMS:
+            problems.add(f"grain_dataset.{module} is a private module outside the rooms")
+            continue
+        room = parts[0]
+        for ref in references(source):
+            target = _room_named(ref.path)
+            if target is None or target == room:
+                continue
+            if target in ROOMS[room]:
+                continue
+            if (module, target) in ROOM_EXCEPTIONS:
+                used.add((module, target))
+                continue
+            what = target if target == PUBLIC else f"room {target}"
+            if target != PUBLIC and target not in ROOMS:
+                what = f"grain_dataset.{target}, a private module outside the rooms"
+            problems.add(f"grain_dataset.{module} line {ref.line}: {ref.how} of {what}")
+    return sorted(problems), used
+
+
+def _dataset_modules():
+    modules = {}
+    for path in sorted(DATASET.rglob("*.py")):
+        parts = path.relative_to(DATASET).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            modules[".".join(parts)] = path.read_text()
+    return modules
+
+
+def test_grain_dataset_rooms_import_only_the_rooms_below_them():
+    problems, used = room_problems(_dataset_modules())
+    assert not problems, (
+        "grain_dataset's rooms import against their order (ROOMS here, the README.md of "
+        "each room): move the module to the room it belongs in, or the shared code to a "
+        "lower room:\n" + "\n".join(problems)
+    )
+    assert used == ROOM_EXCEPTIONS, f"stale ROOM_EXCEPTIONS: {sorted(ROOM_EXCEPTIONS - used)}"
+
+
+def test_grain_dataset_rooms_form_no_cycle_and_match_their_readmes():
+    graphlib.TopologicalSorter(ROOMS).prepare()
+    on_disk = {p.name for p in DATASET.iterdir() if p.is_dir() and _is_private(p.name)}
+    assert on_disk == set(ROOMS)
+    for room, allowed in ROOMS.items():
+        readme = (DATASET / room / "README.md").read_text()
+        declared = _MAY_IMPORT.search(readme)
+        assert declared, f"{room}/README.md has no '**May import:**' line"
+        assert set(re.findall(r"`(_\w+)`", declared.group(1))) == allowed, room
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("_common._errors", "from grain_dataset._core._base import MapDataset"),
+        ("_runtime._guard", "def f():\n    from grain_dataset._core import _base"),
+        ("_core._base", "from grain_dataset._threads import _read_ahead"),
+        ("_map_stages._map", "import grain_dataset._iter_stages._iter_map"),
+        ("_threads._read_ahead", "from grain_dataset._map_stages._batch import batch"),
+        ("_iter_stages._limit", "from grain_dataset.extension import IterStage"),
+        ("_iter_stages._limit", "import grain_dataset\ngrain_dataset._sequences._packing"),
+        ("_core._stage", "from grain_dataset import _flat_module"),
+        ("_flat_module", "import numpy"),
+    ],
+)
+def test_a_planted_import_against_the_rooms_is_caught(module, source):
+    problems, _ = room_problems({module: source})
+    assert problems, (module, source)
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("_sequences._packing", "from grain_dataset._core._base import IterDataset"),
+        ("_iter_stages._iter_mix", "from grain_dataset._map_stages import _combine"),
+        ("_core._base", "def f():\n    from grain_dataset._core._stats import collect"),
+        ("extension", "from grain_dataset._iter_stages._positional import split"),
+        ("_common._config", "import grain_index\nimport numpy"),
+    ],
+)
+def test_imports_that_follow_the_rooms_pass(module, source):
+    assert room_problems({module: source})[0] == []

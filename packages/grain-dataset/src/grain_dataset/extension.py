@@ -9,7 +9,7 @@ like the built-in ones; these are the pieces of the dataset layer they share:
                hook other modules read off a stage or an iterator (fingerprint,
                position-wise work, index mapping, interrupt, statistics,
                checkpoint files, fork safety...), each with its default and
-               its rule, in one module (grain_dataset._contract). The bases
+               its rule, in one module (grain_dataset._common._contract). The bases
                below inherit them; a stage overrides a trait in its class body.
                DataLoader-like iterators that the guard serializes inherit
                IteratorTraits.
@@ -85,47 +85,47 @@ any release: another package imports it from here, never from there (a test,
 packages/grain/tests/test_layering.py, enforces it).
 """
 
-from grain_dataset._base import INFINITE as INFINITE
-from grain_dataset._base import register as register
-from grain_dataset._batch_memory import BatchAllocator as BatchAllocator
-from grain_dataset._batch_memory import batch_allocator as batch_allocator
-from grain_dataset._batch_memory import set_batch_allocator as set_batch_allocator
-from grain_dataset._contract import IteratorTraits as IteratorTraits
-from grain_dataset._contract import IterStageTraits as IterStageTraits
-from grain_dataset._contract import MapTraits as MapTraits
-from grain_dataset._contract import PositionKind as PositionKind
-from grain_dataset._contract import StageTraits as StageTraits
-from grain_dataset._errors import OutOfRangeError as OutOfRangeError
-from grain_dataset._errors import WrongTypeError as WrongTypeError
-from grain_dataset._fingerprint import fingerprint as pipeline_fingerprint
-from grain_dataset._fingerprint import remember_dataset as remember_dataset
-from grain_dataset._guard import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
-from grain_dataset._guard import POLL_S as POLL_S
-from grain_dataset._guard import add_lock as add_lock
-from grain_dataset._guard import closed_error as closed_error
-from grain_dataset._guard import interrupt as interrupt
-from grain_dataset._guard import serialized as serialized
-from grain_dataset._iter_stage import Anchor as Anchor
-from grain_dataset._iter_stage import IterStage as IterStage
-from grain_dataset._iter_stage import StageIterator as StageIterator
-from grain_dataset._iter_stage import check_below as check_below
-from grain_dataset._iter_stage import iterator_of as iterator_of
-from grain_dataset._iter_stage import restore_all as restore_all
-from grain_dataset._positional import PositionalSplit as PositionalSplit
-from grain_dataset._positional import drops_positions as drops_positions
-from grain_dataset._positional import positional_split as positional_split
-from grain_dataset._stage import MapStage as MapStage
-from grain_dataset._state import check_parents_state as check_parents_state
-from grain_dataset._state import check_state as check_state
-from grain_dataset._state_file import Checkpointable as Checkpointable
-from grain_dataset._state_file import Directory as Directory
-from grain_dataset._state_file import load_coroutine as load_coroutine
-from grain_dataset._state_file import read_state_into as read_state_into
-from grain_dataset._state_file import save_coroutine as save_coroutine
-from grain_dataset._state_file import state_to_text as state_to_text
-from grain_dataset._state_file import write_state as write_state
-from grain_dataset._weak_registry import WeakRegistry as WeakRegistry
-from grain_dataset._worker_slice import iter_worker_slice as iter_worker_slice
+from grain_dataset._common._batch_memory import BatchAllocator as BatchAllocator
+from grain_dataset._common._batch_memory import batch_allocator as batch_allocator
+from grain_dataset._common._batch_memory import set_batch_allocator as set_batch_allocator
+from grain_dataset._common._contract import IteratorTraits as IteratorTraits
+from grain_dataset._common._contract import IterStageTraits as IterStageTraits
+from grain_dataset._common._contract import MapTraits as MapTraits
+from grain_dataset._common._contract import PositionKind as PositionKind
+from grain_dataset._common._contract import StageTraits as StageTraits
+from grain_dataset._common._errors import OutOfRangeError as OutOfRangeError
+from grain_dataset._common._errors import WrongTypeError as WrongTypeError
+from grain_dataset._common._weak_registry import WeakRegistry as WeakRegistry
+from grain_dataset._core._base import INFINITE as INFINITE
+from grain_dataset._core._base import register as register
+from grain_dataset._core._iter_stage import Anchor as Anchor
+from grain_dataset._core._iter_stage import IterStage as IterStage
+from grain_dataset._core._iter_stage import StageIterator as StageIterator
+from grain_dataset._core._iter_stage import check_below as check_below
+from grain_dataset._core._iter_stage import iterator_of as iterator_of
+from grain_dataset._core._iter_stage import restore_all as restore_all
+from grain_dataset._core._stage import MapStage as MapStage
+from grain_dataset._core._state import check_parents_state as check_parents_state
+from grain_dataset._core._state import check_state as check_state
+from grain_dataset._core._worker_slice import iter_worker_slice as iter_worker_slice
+from grain_dataset._iter_stages._positional import PositionalSplit as PositionalSplit
+from grain_dataset._iter_stages._positional import drops_positions as drops_positions
+from grain_dataset._iter_stages._positional import positional_split as positional_split
+from grain_dataset._runtime._fingerprint import fingerprint as pipeline_fingerprint
+from grain_dataset._runtime._fingerprint import remember_dataset as remember_dataset
+from grain_dataset._runtime._guard import CLOSE_TIMEOUT_S as CLOSE_TIMEOUT_S
+from grain_dataset._runtime._guard import POLL_S as POLL_S
+from grain_dataset._runtime._guard import add_lock as add_lock
+from grain_dataset._runtime._guard import closed_error as closed_error
+from grain_dataset._runtime._guard import interrupt as interrupt
+from grain_dataset._runtime._guard import serialized as serialized
+from grain_dataset._runtime._state_file import Checkpointable as Checkpointable
+from grain_dataset._runtime._state_file import Directory as Directory
+from grain_dataset._runtime._state_file import load_coroutine as load_coroutine
+from grain_dataset._runtime._state_file import read_state_into as read_state_into
+from grain_dataset._runtime._state_file import save_coroutine as save_coroutine
+from grain_dataset._runtime._state_file import state_to_text as state_to_text
+from grain_dataset._runtime._state_file import write_state as write_state
 from grain_sources import reads_in_batches as reads_in_batches
 
 __all__ = [

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from grain_dataset._stats import PipelineStats, collect, tracked_iterators
+from grain_dataset._core._stats import PipelineStats, collect, tracked_iterators
 
 
 class Units(enum.Enum):
@@ -333,7 +333,7 @@ def pipeline_stats() -> list[PipelineStats]:
 
     Each is what its ``it.stats()`` returns (`str()` is the table).
     """
-    from grain_dataset._guard import is_outermost
+    from grain_dataset._runtime._guard import is_outermost
 
     return [collect(it) for it in tracked_iterators() if is_outermost(it)]
 

@@ -16,7 +16,7 @@ It works for `DatasetIterator`s (state: a dict) and DataLoader iterators
 whose state is a JSON-serializable dict, JSON bytes or a JSON str.
 
 Each process writes its own ``process_<i>-of-<n>.json`` (the layout of
-`grain_dataset._state_file`, shared with `DatasetIterator.save`): hosts read
+`grain_dataset._runtime._state_file`, shared with `DatasetIterator.save`): hosts read
 different shards, so their positions differ. The state is read inside `save`,
 which Orbax runs before `CheckpointManager.save` returns even with async
 checkpointing; advancing the iterator right after the save does not change

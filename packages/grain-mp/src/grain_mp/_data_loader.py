@@ -608,7 +608,7 @@ class DataLoaderIterator(IteratorTraits, Iterator[Any]):
         self._pending = 0
         self._saved: SavedPosition | None = None
         self._closed = False
-        # One thread at a time in next/get_state/set_state/close (grain_dataset._guard).
+        # One thread at a time in next/get_state/set_state/close (grain_dataset._runtime._guard).
         add_lock(self)
         if state is not None:
             self._restore(data_loader._decode_state(state, validate_state))
@@ -616,7 +616,7 @@ class DataLoaderIterator(IteratorTraits, Iterator[Any]):
     def __iter__(self) -> DataLoaderIterator:
         return self
 
-    # How a closed iterator's error says to make a new one (grain_dataset._guard).
+    # How a closed iterator's error says to make a new one (grain_dataset._runtime._guard).
     _MADE_BY = "iter(loader)"
 
     def _restore(self, saved: SavedPosition) -> None:
@@ -705,7 +705,7 @@ class DataLoaderIterator(IteratorTraits, Iterator[Any]):
         transformation, say), close() does not wait for it: it ends the workers
         (asked, terminated, then killed: two seconds at most) and that `next()`
         raises a ValueError; close() returns within about two seconds
-        (``CLOSE_TIMEOUT_S`` of ``grain_dataset._guard``, docs/troubleshooting.md).
+        (``CLOSE_TIMEOUT_S`` of ``grain_dataset._runtime._guard``, docs/troubleshooting.md).
         """
         self._closed = True
         if self._it is not None and not self._pending:
@@ -713,7 +713,7 @@ class DataLoaderIterator(IteratorTraits, Iterator[Any]):
         self._drop()
 
     def _interrupt(self) -> list[Any]:
-        # close() from another thread (grain_dataset._guard): the reading it waits on.
+        # close() from another thread (grain_dataset._runtime._guard): the reading it waits on.
         self._closed = True
         it = self._it
         return [] if it is None else [it]

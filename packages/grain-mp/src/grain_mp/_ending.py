@@ -12,7 +12,7 @@ signals.
 
 It never reaps (``waitpid``): it watches each process's sentinel, so that it
 may run while another thread joins the same processes (close() from another
-thread, `grain_dataset._guard`). The caller joins them afterwards.
+thread, `grain_dataset._runtime._guard`). The caller joins them afterwards.
 """
 
 from __future__ import annotations

@@ -89,6 +89,6 @@ class Executor(Protocol):
     def interrupt(self) -> list[Any]:
         """From another thread: ends the workers so that a waiting `collect` returns.
 
-        Returns iterators to interrupt too (see `grain_dataset._guard.interrupt`).
+        Returns iterators to interrupt too (see `grain_dataset._runtime._guard.interrupt`).
         """
         ...

@@ -39,7 +39,7 @@ class MultiprocessPrefetchIterator(DatasetIterator[Any]):
     states of its format.
     """
 
-    # Statistics list the workers' reader inside it (see grain_dataset._stats).
+    # Statistics list the workers' reader inside it (see grain_dataset._core._stats).
     _STATS_HIDDEN = True
 
     def __init__(self, in_order: IterDataset[Any], per_worker: Callable[[], DatasetIterator[Any]]):

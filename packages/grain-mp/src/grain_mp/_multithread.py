@@ -26,7 +26,7 @@ stuck in a transformation that never returns cannot be stopped: it stays,
 holding its own copy of the pipeline (not this iterator), until the
 transformation returns. close() from another thread while `next()` waits for
 such a thread makes that `next()` raise the closed-iterator ValueError within
-`POLL_S` (`ThreadExecutor.interrupt`, see `grain_dataset._guard`).
+`POLL_S` (`ThreadExecutor.interrupt`, see `grain_dataset._runtime._guard`).
 
 Engine. The threads are an executor (`grain_mp._executor`): `grain_mp.
 _thread_executor.ThreadExecutor` runs the loops (mp_prefetch's on free-threaded

@@ -10,7 +10,7 @@ each reader's pipeline state, which readers ended, and the state format
 prefetchers write and check it the same way, so a state of one restores the
 other. A subclass starts (`_start`) and stops (`_stop`) its readers, and
 stops them from another thread (`_interrupt_readers`) when close() is called
-there while `next()` waits on them (see `grain_dataset._guard`).
+there while `next()` waits on them (see `grain_dataset._runtime._guard`).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class RoundRobinIterator(DatasetIterator[Any]):
 
         Runs while `next()` may run in another thread: it must not touch what
         that thread uses (pipes, queues), only signal. Returns iterators to
-        interrupt too (see `grain_dataset._guard.interrupt`).
+        interrupt too (see `grain_dataset._runtime._guard.interrupt`).
         """
 
     def _started(self) -> list[Any]:

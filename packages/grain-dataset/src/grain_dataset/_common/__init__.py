@@ -1,0 +1,1 @@
+"""_common: see README.md beside this file."""

@@ -1,0 +1,1 @@
+"""_core: see README.md beside this file."""

@@ -1,0 +1,1 @@
+"""_iter_stages: see README.md beside this file."""

@@ -1,0 +1,1 @@
+"""_map_stages: see README.md beside this file."""

@@ -1,0 +1,1 @@
+"""_runtime: see README.md beside this file."""

@@ -1,0 +1,1 @@
+"""_sequences: see README.md beside this file."""

@@ -1,0 +1,1 @@
+"""_threads: see README.md beside this file."""
