@@ -675,7 +675,12 @@ class DatasetIterator(IteratorTraits, Iterator[T], abc.ABC):
     ``super().__init__(parents)`` and read them back as ``self._parents`` (a
     tuple) or, with exactly one, ``self._parent``; ``self._ctx`` is the
     pipeline's context (``dataset_options``, ``mp_context``), as in Grain (see
-    grain_dataset._core._subclassing). Example::
+    grain_dataset._core._subclassing). What the library itself keeps on an
+    iterator (the dataset behind its checkpoints' fingerprint, closed and
+    closing, the statistics it records) lives in one object,
+    `grain_dataset._runtime._carried.Carried`, under one key of its
+    ``__dict__``; only the per-call lock and next() hook, and ``_ctx``, are
+    attributes of their own. Example::
 
         class CountIterator(grain.DatasetIterator):
             def __init__(self, stop):

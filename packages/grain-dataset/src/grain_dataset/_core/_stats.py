@@ -31,6 +31,7 @@ from typing import Any
 
 from grain_dataset._common._weak_registry import WeakRegistry
 from grain_dataset._core._element_spec import leaf_spec, map_with_path
+from grain_dataset._runtime._carried import carried, carried_if_any
 from grain_dataset._runtime._guard import NextHook, set_timer
 
 
@@ -220,9 +221,10 @@ def track(iterator: Any) -> Any:
     pending = [iterator]
     while pending:
         it = pending.pop()
-        if "_stats_record" not in it.__dict__:
+        fields = carried(it)
+        if fields.stats_record is None:
             record = _Record()
-            it.__dict__["_stats_record"] = record
+            fields.stats_record = record
             # A stage that keeps its own counts (per chunk) needs no per-element timer.
             if not it._STATS_SELF_COUNTED:
                 set_timer(it, _timer(type(it), record))
@@ -230,10 +232,16 @@ def track(iterator: Any) -> Any:
     return iterator
 
 
+def _record_of(iterator: Any) -> Any:
+    """The statistics `track` records in `iterator`, None if it is not tracked."""
+    fields = carried_if_any(iterator)
+    return None if fields is None else fields.stats_record
+
+
 def _total_ns(iterator: Any) -> float:
     if iterator._STATS_SELF_COUNTED:
         return iterator._stats_counts()[1] * 1e9
-    return iterator.__dict__["_stats_record"].estimated_ns()
+    return carried(iterator).stats_record.estimated_ns()
 
 
 def _stage_name(iterator: Any) -> str:
@@ -261,16 +269,14 @@ def collect(iterator: Any) -> PipelineStats:
         branch = depth + 1 if len(parents) > 1 else depth
         for parent in parents:
             visit(parent, branch)
-        record = it.__dict__.get("_stats_record")
+        record = _record_of(it)
         # A pass-through that a stage builds inside itself (mp_prefetch's in-order
         # stream) is timed, for its child's share, but not listed.
         if record is None or it._STATS_HIDDEN:
             return
         is_async = it._STATS_ASYNC
         # An async stage's parents run in another thread or process, not inside its calls.
-        inner = (
-            0.0 if is_async else sum(_total_ns(p) for p in parents if "_stats_record" in p.__dict__)
-        )
+        inner = 0.0 if is_async else sum(_total_ns(p) for p in parents if _record_of(p) is not None)
         total = _total_ns(it)
         stage = StageStats(
             name=_stage_name(it),

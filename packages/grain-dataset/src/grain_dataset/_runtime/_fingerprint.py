@@ -59,17 +59,14 @@ import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from grain_dataset._runtime._carried import carried, carried_if_any
+
 if TYPE_CHECKING:
     from grain_dataset._common._contract import IteratorTraits, StageTraits
 
 KEY = "grain_fingerprint"
 _SEPARATOR = " > "
 _MAX_TEXT = 512
-_FORCED = "_grain_force_restore"  # in an iterator's __dict__: skip the next check
-_DATASET = "_grain_dataset"  # in an iterator's __dict__: the dataset iter() was called on
-# In an iterator's __dict__: its get_state() adds the fingerprint to dict states (iterators
-# of other packages that asked for it with `remember_dataset`; iter(dataset) does not).
-_STAMPS = "_grain_stamps_states"
 _MIX = "mix"
 # In a dataset's __dict__ (datasets are immutable): its tokens and its fingerprint text.
 _CACHE = "_grain_fingerprint_tokens"
@@ -177,11 +174,9 @@ def remember_dataset(iterator: IteratorTraits, dataset: StageTraits, *, stamp: b
     passes False: its states have Grain's shapes, and the fingerprint travels
     in the checkpoint file (the module docstring).
     """
-    iterator.__dict__[_DATASET] = dataset
-    if stamp:
-        iterator.__dict__[_STAMPS] = True
-    else:
-        iterator.__dict__.pop(_STAMPS, None)
+    fields = carried(iterator)
+    fields.dataset = dataset
+    fields.stamps = stamp
 
 
 def of_iterator(iterator: Any) -> str | None:
@@ -189,8 +184,14 @@ def of_iterator(iterator: Any) -> str | None:
 
     For the checkpoint file's envelope (`grain_dataset._runtime._state_file`).
     """
-    dataset = getattr(iterator, "__dict__", {}).get(_DATASET)
+    dataset = remembered_dataset(iterator)
     return None if dataset is None else fingerprint(dataset)
+
+
+def remembered_dataset(iterator: Any) -> Any:
+    """The dataset `remember_dataset` recorded for `iterator`, None if none."""
+    fields = carried_if_any(iterator)
+    return None if fields is None else fields.dataset
 
 
 def unstamped(iterator: Any) -> Any:
@@ -201,8 +202,10 @@ def unstamped(iterator: Any) -> Any:
     states travel inside the state of the iterator the user holds, whose own
     fingerprint covers them.
     """
-    iterator.__dict__.pop(_DATASET, None)
-    iterator.__dict__.pop(_STAMPS, None)
+    fields = carried_if_any(iterator)
+    if fields is not None:
+        fields.dataset = None
+        fields.stamps = False
     return iterator
 
 
@@ -235,16 +238,17 @@ def force_restore(iterator: Any) -> Any:
         raise TypeError(
             f"force_restore takes a data iterator with set_state(), got {type(iterator).__name__}."
         )
-    iterator.__dict__[_FORCED] = True
+    carried(iterator).forced = True
     return iterator
 
 
 def stamp(iterator: Any, state: Any) -> Any:
     """`state` with the fingerprint of `iterator`'s pipeline added (dict states only)."""
-    dataset = iterator.__dict__.get(_DATASET)
-    if dataset is None or type(state) is not dict or KEY in state:
+    fields = carried_if_any(iterator)
+    if fields is None or fields.dataset is None or type(state) is not dict or KEY in state:
         return state
-    if not iterator.__dict__.get(_STAMPS):
+    dataset = fields.dataset
+    if not fields.stamps:
         return state
     stamped = dict(state)
     stamped[KEY] = fingerprint(dataset)
@@ -320,10 +324,13 @@ def verify(iterator: Any, state: Any) -> tuple[Any, bool, Mixes | None]:
     """
     if type(state) is not dict:
         return state, False, None
-    dataset = iterator.__dict__.get(_DATASET)
-    forced = iterator.__dict__.pop(_FORCED, False)
+    fields = carried_if_any(iterator)
+    dataset: Any = None
+    forced = stamps = False
+    if fields is not None:
+        dataset, forced, stamps = fields.dataset, fields.forced, fields.stamps
+        fields.forced = False
     if KEY not in state:
-        stamps = bool(iterator.__dict__.get(_STAMPS))
         return state, dataset is not None and stamps and not forced, None
     saved = state[KEY]
     state = {key: value for key, value in state.items() if key != KEY}

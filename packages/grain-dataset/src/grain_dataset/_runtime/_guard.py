@@ -69,16 +69,11 @@ from typing import Any, TypeVar, cast
 
 from grain_dataset._common._contract import IteratorTraits
 from grain_dataset._runtime import _fingerprint
+from grain_dataset._runtime._carried import carried, carried_if_any
 from grain_dataset._runtime._tracebacks import filter_frames
 
 # On an entry `hook_methods` made: the class it was made for.
 _ENTRY_OF = "_grain_entry_of"
-# In an iterator's __dict__: close() came while another thread was inside a call.
-_CLOSING = "_grain_closing"
-# In an iterator's __dict__: the outermost iterator was closed; next() raises.
-_CLOSED = "_grain_closed"
-# In an iterator's __dict__: the statistics timer of its next() (`set_timer`).
-_TIMER = "_grain_timer"
 # The lock of every closed iterator (its remaining calls are rare: get_state, close).
 _CLOSED_LOCK = threading.RLock()
 
@@ -110,7 +105,8 @@ def _outermost_next(timer: NextHook | None) -> NextHook:
         except StopIteration:
             raise
         except Exception:
-            if _CLOSING in self.__dict__:
+            fields = carried_if_any(self)
+            if fields is not None and fields.closing:
                 # close() from another thread interrupted this call: say so, not how.
                 raise closed_error(self) from None
             raise
@@ -184,7 +180,7 @@ def _locked_close(close: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def _close_around(self: Any, lock: Any, close: Callable[[Any], Any], deadline: float) -> None:
     """Closes `self` while another thread holds `lock` inside a call (see the module doc)."""
-    self.__dict__[_CLOSING] = True
+    carried(self).closing = True
     _mark_closed(self)
     interrupt(self)
     if lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -244,7 +240,7 @@ def closed_error(iterator: IteratorTraits) -> ValueError:
 def _mark_closed(self: Any) -> None:
     """Makes `self`'s next() raise, if it is an outermost DatasetIterator."""
     if is_outermost(self) and hasattr(type(self).__next__, _ENTRY_OF):
-        self.__dict__[_CLOSED] = True
+        carried(self).closed = True
         _install_next(self)
 
 
@@ -350,9 +346,10 @@ def hook_methods(cls: type) -> None:
 def _install_next(iterator: Any) -> None:
     """Sets the hook `iterator`'s next() goes through, from what it is now."""
     state = iterator.__dict__
-    timer = state.get(_TIMER)
+    fields = carried_if_any(iterator)
+    timer = None if fields is None else fields.timer
     hook: NextHook | None
-    if state.get(_CLOSED):
+    if fields is not None and fields.closed:
         hook = _closed_next
     elif state.get("_call_lock") is None:
         hook = timer
@@ -363,7 +360,7 @@ def _install_next(iterator: Any) -> None:
 
 def set_timer(iterator: Any, timer: NextHook) -> None:
     """Makes `iterator`'s next() run as ``timer(iterator, method)`` (statistics)."""
-    iterator.__dict__[_TIMER] = timer
+    carried(iterator).timer = timer
     _install_next(iterator)
 
 

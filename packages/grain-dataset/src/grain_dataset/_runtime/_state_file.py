@@ -199,7 +199,7 @@ def text_to_state(text: str, owner: Any, path: Any) -> Any:
 
 def _same_order_as_grain(owner: Any) -> bool:
     """Whether `owner`'s pipeline yields Grain's elements in Grain's order at every state."""
-    dataset = getattr(owner, "__dict__", {}).get(_fingerprint._DATASET)
+    dataset = _fingerprint.remembered_dataset(owner)
     if dataset is None:
         return False
     seen: set[int] = set()
