@@ -25,8 +25,15 @@ import numpy as np
 import pytest
 
 import grain_dataset as gd
-from grain_index import ShardOptions
-from grain_mp import ElasticIterator, MultiprocessingOptions, RayWorkers, _ray_pool, mp_prefetch
+from grain_index import IndexSampler, NoSharding, ShardOptions
+from grain_mp import (
+    DataLoader,
+    ElasticIterator,
+    MultiprocessingOptions,
+    RayWorkers,
+    _ray_pool,
+    mp_prefetch,
+)
 
 ray = pytest.importorskip("ray")
 
@@ -555,3 +562,69 @@ def test_a_driver_that_exits_with_idle_actors_leaves_none(cluster, tmp_path):
     assert "ok" in done.stdout, done.stderr[-3000:]
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     _cpus_back()  # its actors are gone with it
+
+
+# -- the DataLoader on actors ---------------------------------------------------------------
+
+
+class _Noisy(gd.RandomMapTransform):
+    def random_map(self, element, rng):
+        return {"x": np.full(2, element), "r": int(rng.integers(1 << 30))}
+
+
+class _Odd(gd.FilterTransform):
+    def filter(self, element):
+        return element["x"][0] % 2 == 1
+
+
+def _loader(worker_count, executor=None):
+    return DataLoader(
+        data_source=list(range(90)),
+        sampler=IndexSampler(90, NoSharding(), shuffle=True, num_epochs=1, seed=4),
+        operations=[_Noisy(), _Odd(), gd.Batch(4)],
+        worker_count=worker_count,
+        executor=executor,
+    )
+
+
+def _batches_and_states(loader, count=None):
+    it = iter(loader)
+    out = []
+    for batch in it if count is None else (next(it) for _ in range(count)):
+        out.append((batch, it.get_state()))
+    it.close()
+    return out
+
+
+def _same_with_states(a, b):
+    _same([batch for batch, _ in a], [batch for batch, _ in b])
+    assert [state for _, state in a] == [state for _, state in b]
+
+
+@pytest.mark.timeout(240)
+def test_a_data_loader_on_actors_gives_the_local_batches_and_states_and_restores_across(
+    cluster,
+):
+    local = _batches_and_states(_loader(2))
+    on_ray = _batches_and_states(_loader(2, HALF))
+    assert len(local) == 12  # 45 odd elements in batches of 4
+    _same_with_states(on_ray, local)
+    assert _loader(2, HALF).multiprocessing_options.executor == HALF
+    # The same states as local workers: at every batch, a restore needs nothing of Ray.
+    assert b"ray" not in b"".join(state for _, state in on_ray).lower()
+    # A checkpoint taken on actors continues on local workers, and one taken there on actors.
+    state = on_ray[4][1]
+    back = iter(_loader(1))
+    back.set_state(state)
+    _same(list(back), [batch for batch, _ in local[5:]])
+    state = local[7][1]
+    forth = iter(_loader(3, HALF))
+    forth.set_state(state)
+    _same(list(forth), [batch for batch, _ in local[8:]])
+
+
+def test_a_data_loader_executor_is_checked():
+    with pytest.raises(ValueError, match=r"worker_count=0 runs the pipeline in this process"):
+        _loader(0, HALF)
+    with pytest.raises(TypeError, match=r"`executor` must be None .*RayWorkers"):
+        _loader(2, "ray")
