@@ -18,6 +18,14 @@ is an array of ``--kb`` KB made by ``--work-ms`` ms of numpy work, batches of 32
 - ``light_local_2``, ``light_ray_2``: the same bytes with no work, to show the
   cost per batch that the tier adds to a local worker's (``overhead_ms_per_batch``
   on ``light_ray_2``: its time per batch minus ``light_local_2``'s).
+- ``second_iter_{cold,pooled}``, ``restore_{cold,pooled}``: the light pipeline on 2
+  actors; an iterator reads a batch and closes (or reads 3 batches and is
+  restored with ``set_state``), then the clock runs from the second iterator's
+  creation (the ``set_state``) to its last batch: ``cold`` with
+  ``keep_actors_s=0`` (new actors each time, as before the pool), ``pooled``
+  with the default (the first iterator's actors, reset). Idle actors are
+  released after each run, untimed. The other Ray cases run with
+  ``keep_actors_s=0``: their first batch includes the actors' start.
 
 Each line: a case's median batches/s (from iter() to the last batch), time to the
 first batch, time per batch after the first, the rounds, and ``ok``: the
@@ -147,6 +155,35 @@ def _grain_case(n: int, work_ms: float, kb: int, options: Any) -> Callable[[], t
     return run
 
 
+def _reuse_case(n: int, kb: int, options: Any, restore: bool) -> Callable[[], tuple]:
+    expected = [list(range(k, k + BATCH)) for k in range(0, n - n % BATCH, BATCH)]
+
+    def run() -> tuple[float, float, bool]:
+        ds = _pipeline(n, 0, kb)
+        it = iter(ds.mp_prefetch(options))
+        head = [next(it) for _ in range(3 if restore else 1)]
+        if restore:
+            state = it.get_state()
+            began = time.perf_counter()
+            it.set_state(state)
+            got = [*head, next(it)]
+            first = time.perf_counter() - began
+            got.extend(it)
+            total = time.perf_counter() - began
+        else:
+            it.close()
+            first, total, got = _timed(iter(ds.mp_prefetch(options)))
+            got = head + got
+        it.close()
+        RayWorkers.release_idle_actors()  # untimed: idle actors would hold the CPUs
+        ok = [[_index(row) for row in batch] for batch in got] == (
+            expected if restore else expected[:1] + expected
+        )
+        return first, total, ok
+
+    return run
+
+
 def _ray_data_case(ray: Any, n: int, work_ms: float, kb: int) -> Callable[[], tuple]:
     def work(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return {"x": np.stack([make_element(int(i), work_ms, kb) for i in batch["id"]])}
@@ -185,7 +222,8 @@ def main() -> None:
             time.sleep(0.2)
         startup = time.perf_counter() - began
         print(f"two-node cluster up in {startup:.1f} s", file=sys.stderr)
-        on_ray = RayWorkers(num_cpus=1)
+        on_ray = RayWorkers(num_cpus=1, keep_actors_s=0)
+        pooled = RayWorkers(num_cpus=1)
         cases: dict[str, Callable[[], tuple]] = {
             "local_1": _grain_case(n, args.work_ms, args.kb, grain.MultiprocessingOptions(1)),
             "local_2": _grain_case(n, args.work_ms, args.kb, grain.MultiprocessingOptions(2)),
@@ -198,6 +236,10 @@ def main() -> None:
                 n, 0, args.kb, grain.MultiprocessingOptions(2, executor=on_ray)
             ),
         }
+        for name, workers in (("cold", on_ray), ("pooled", pooled)):
+            options = grain.MultiprocessingOptions(2, executor=workers)
+            cases[f"second_iter_{name}"] = _reuse_case(n, args.kb, options, restore=False)
+            cases[f"restore_{name}"] = _reuse_case(n, args.kb, options, restore=True)
         runs: dict[str, list[tuple]] = {case: [] for case in cases}
         for round_ in range(args.repeats):
             for case, run in cases.items():
@@ -217,7 +259,9 @@ def main() -> None:
                 "ms_per_batch_after_first": 1000 * per_batch[case],
                 "seconds_all": totals,
                 "ok": all(r[2] for r in results),
-                "work_ms": 0 if case.startswith("light") else args.work_ms,
+                "work_ms": args.work_ms
+                if case in ("local_1", "local_2", "ray_2", "ray_data_2")
+                else 0,
                 "kb": args.kb,
                 "batches": args.batches,
                 "cluster_startup_s": startup,

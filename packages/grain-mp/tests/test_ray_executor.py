@@ -9,6 +9,7 @@ node's session is left. The transformations here are pickled by value (this
 module cannot be imported on the actors).
 """
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -24,8 +25,15 @@ import numpy as np
 import pytest
 
 import grain_dataset as gd
-from grain_index import ShardOptions
-from grain_mp import ElasticIterator, MultiprocessingOptions, RayWorkers, mp_prefetch
+from grain_index import IndexSampler, NoSharding, ShardOptions
+from grain_mp import (
+    DataLoader,
+    ElasticIterator,
+    MultiprocessingOptions,
+    RayWorkers,
+    _ray_pool,
+    mp_prefetch,
+)
 
 ray = pytest.importorskip("ray")
 
@@ -139,6 +147,22 @@ def cluster():
             shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def _no_idle_actors_between_tests():
+    """Each test starts with an empty actor pool and leaves one: idle actors hold CPUs."""
+    RayWorkers.release_idle_actors()
+    yield
+    RayWorkers.release_idle_actors()
+
+
+def _cpus_back(count=2, timeout=60):
+    """Waits until the cluster has `count` CPUs free again (killed actors release theirs)."""
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("CPU", 0) < count:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def two_nodes(cluster):
     """The cluster with both nodes up (a test may have stopped the second)."""
@@ -185,7 +209,7 @@ def _where(directory):
     return [ast.literal_eval(p.read_text()) for p in pathlib.Path(directory).iterdir()]
 
 
-def _positional(size=120, directory=None, slow_s=0.0):
+def _positional(size=120, directory=None, slow_s=0.0, extra=None):
     """A positional pipeline: shuffle, random map, filter, then a batch after to_iter_dataset."""
 
     def work(x):
@@ -196,6 +220,8 @@ def _positional(size=120, directory=None, slow_s=0.0):
     ds = gd.MapDataset.range(size).shuffle(seed=5).map(work)
     if directory is not None:
         ds = ds.map(_record_where(directory))
+    if extra is not None:
+        ds = ds.map(extra)
     ds = ds.random_map(lambda e, rng: {**e, "r": int(rng.integers(1000))}, seed=3)
     ds = ds.filter(lambda e: e["y"] % 3 != 0)
     return ds.to_iter_dataset().batch(4)
@@ -383,6 +409,8 @@ def test_a_node_stopped_mid_epoch_loses_nothing(two_nodes, tmp_path):
         ({"runtime_env": "env"}, TypeError, "runtime_env` must be a dict"),
         ({"address": 6379}, TypeError, "address` must be a str"),
         ({"spread": 1}, TypeError, "spread` must be a bool"),
+        ({"keep_actors_s": -1}, ValueError, "keep_actors_s` must be a finite"),
+        ({"keep_actors_s": float("nan")}, ValueError, "keep_actors_s` must be a finite"),
     ],
 )
 def test_bad_ray_workers_fields_are_named(fields, error, match):
@@ -411,3 +439,194 @@ def test_elastic_iterator_on_actors_restores_on_local_processes(cluster):
     local = ElasticIterator(ds, 6, shard, multiprocessing_options=MultiprocessingOptions(1))
     local.set_state(state)
     assert [b.tolist() for b in local] == expected[4:]
+
+
+# -- actors kept between iterators ---------------------------------------------------------
+
+
+class _DropNote:
+    """A map that leaves a file named for its process when the pipeline holding it is freed."""
+
+    def __init__(self, directory):
+        self.directory = str(directory)
+        self.ballast = np.zeros(1_000_000, dtype=np.uint8)  # memory the reset must free
+
+    def __call__(self, x):
+        return x
+
+    def __del__(self):
+        with contextlib.suppress(Exception):
+            (pathlib.Path(self.directory) / str(os.getpid())).touch()
+
+
+def _pids(directory):
+    return {int(p.name) for p in pathlib.Path(directory).iterdir()}
+
+
+def _noted(tmp_path, name, extra=None):
+    """The positional pipeline, noting its actors' processes in tmp_path/name."""
+    seen = tmp_path / name
+    seen.mkdir()
+    return _positional(directory=seen, extra=extra), seen
+
+
+@pytest.mark.timeout(240)
+def test_a_second_iterator_and_a_restore_reuse_the_actors_after_a_reset(
+    two_nodes, tmp_path, request
+):
+    expected = list(_positional())
+    dropped = tmp_path / "dropped"
+    dropped.mkdir()
+    first, seen_first = _noted(tmp_path, "first", extra=_DropNote(dropped))
+    _same(list(mp_prefetch(first, _ray(2))), expected)
+    actors = _pids(seen_first)
+    assert len(actors) == 2
+    assert _ray_pool.idle_count() == 2  # exhausted: both kept, not killed
+
+    second, seen_second = _noted(tmp_path, "second")
+    it = iter(mp_prefetch(second, _ray(2)))
+    request.addfinalizer(it.close)  # a failed assertion must not leave its actors running
+    head = [next(it) for _ in range(5)]
+    assert _pids(seen_second) == actors  # the same processes: no actor started
+    # Reset before reuse: the first pipeline (and its megabyte) was freed on the actors.
+    assert actors <= _pids(dropped)
+    state = it.get_state()
+    it.set_state(state)  # a restore takes them back too
+    rest = list(it)
+    _same(head + rest, expected)
+    assert _pids(seen_second) == actors
+    assert _ray_pool.idle_count() == 2
+    assert RayWorkers.release_idle_actors() == 2
+    _cpus_back()
+
+
+@pytest.mark.timeout(240)
+def test_idle_actors_die_after_keep_actors_s_or_at_once_with_zero(two_nodes, tmp_path):
+    expected = list(_positional())
+    brief = RayWorkers(num_cpus=0.5, start_timeout_s=60, keep_actors_s=1)
+    _same(list(mp_prefetch(_positional(), _ray(2, brief))), expected)
+    assert _ray_pool.idle_count() == 2
+    deadline = time.monotonic() + 30
+    while _ray_pool.idle_count():
+        assert time.monotonic() < deadline, "idle actors outlived keep_actors_s"
+        time.sleep(0.1)
+    _cpus_back()
+    never = RayWorkers(num_cpus=0.5, start_timeout_s=60, keep_actors_s=0)
+    _same(list(mp_prefetch(_positional(), _ray(2, never))), expected)
+    assert _ray_pool.idle_count() == 0
+    _cpus_back()
+
+
+@pytest.mark.timeout(240)
+def test_a_pooled_actor_that_died_is_replaced_without_counting_a_restart(two_nodes, tmp_path):
+    expected = list(_positional())
+    strict = RayWorkers(num_cpus=0.5, start_timeout_s=60, max_restarts=0)
+    first, seen_first = _noted(tmp_path, "first")
+    _same(list(mp_prefetch(first, _ray(2, strict))), expected)
+    victim, survivor = sorted(_pids(seen_first))
+    os.kill(victim, signal.SIGKILL)
+    second, seen_second = _noted(tmp_path, "second")
+    _same(list(mp_prefetch(second, _ray(2, strict))), expected)
+    now = _pids(seen_second)
+    assert len(now) == 2
+    assert survivor in now
+    assert victim not in now
+
+
+@pytest.mark.timeout(240)
+def test_idle_actors_of_other_options_make_room_for_new_ones(two_nodes):
+    expected = list(_positional())
+    whole = RayWorkers(num_cpus=1, start_timeout_s=60)
+    _same(list(mp_prefetch(_positional(), _ray(2, whole))), expected)
+    assert _ray_pool.idle_count() == 2  # they hold both CPUs
+    _same(list(mp_prefetch(_positional(), _ray(2))), expected)  # half a CPU each: room made
+    assert _ray_pool.idle_count() == 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_driver_that_exits_with_idle_actors_leaves_none(cluster, tmp_path):
+    script = tmp_path / "driver.py"
+    script.write_text(
+        "import ray, grain_dataset as gd\n"
+        "from grain_mp import MultiprocessingOptions, RayWorkers, mp_prefetch, _ray_pool\n"
+        f"ray.init(address={cluster.address!r}, log_to_driver=False)\n"
+        "ds = gd.MapDataset.range(40).to_iter_dataset().batch(4)\n"
+        "workers = RayWorkers(num_cpus=0.5, keep_actors_s=600)\n"
+        "out = list(mp_prefetch(ds, MultiprocessingOptions(2, executor=workers)))\n"
+        "assert len(out) == 10 and _ray_pool.idle_count() == 2\n"
+        "print('ok', flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    _cpus_back()  # its actors are gone with it
+
+
+# -- the DataLoader on actors ---------------------------------------------------------------
+
+
+class _Noisy(gd.RandomMapTransform):
+    def random_map(self, element, rng):
+        return {"x": np.full(2, element), "r": int(rng.integers(1 << 30))}
+
+
+class _Odd(gd.FilterTransform):
+    def filter(self, element):
+        return element["x"][0] % 2 == 1
+
+
+def _loader(worker_count, executor=None):
+    return DataLoader(
+        data_source=list(range(90)),
+        sampler=IndexSampler(90, NoSharding(), shuffle=True, num_epochs=1, seed=4),
+        operations=[_Noisy(), _Odd(), gd.Batch(4)],
+        worker_count=worker_count,
+        executor=executor,
+    )
+
+
+def _batches_and_states(loader, count=None):
+    it = iter(loader)
+    out = []
+    for batch in it if count is None else (next(it) for _ in range(count)):
+        out.append((batch, it.get_state()))
+    it.close()
+    return out
+
+
+def _same_with_states(a, b):
+    _same([batch for batch, _ in a], [batch for batch, _ in b])
+    assert [state for _, state in a] == [state for _, state in b]
+
+
+@pytest.mark.timeout(240)
+def test_a_data_loader_on_actors_gives_the_local_batches_and_states_and_restores_across(
+    cluster,
+):
+    local = _batches_and_states(_loader(2))
+    on_ray = _batches_and_states(_loader(2, HALF))
+    assert len(local) == 12  # 45 odd elements in batches of 4
+    _same_with_states(on_ray, local)
+    assert _loader(2, HALF).multiprocessing_options.executor == HALF
+    # The same states as local workers: at every batch, a restore needs nothing of Ray.
+    assert b"ray" not in b"".join(state for _, state in on_ray).lower()
+    # A checkpoint taken on actors continues on local workers, and one taken there on actors.
+    state = on_ray[4][1]
+    back = iter(_loader(1))
+    back.set_state(state)
+    _same(list(back), [batch for batch, _ in local[5:]])
+    state = local[7][1]
+    forth = iter(_loader(3, HALF))
+    forth.set_state(state)
+    _same(list(forth), [batch for batch, _ in local[8:]])
+
+
+def test_a_data_loader_executor_is_checked():
+    with pytest.raises(ValueError, match=r"worker_count=0 runs the pipeline in this process"):
+        _loader(0, HALF)
+    with pytest.raises(TypeError, match=r"`executor` must be None .*RayWorkers"):
+        _loader(2, "ray")

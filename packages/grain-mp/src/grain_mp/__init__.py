@@ -15,7 +15,8 @@ workers, `_loader_pipeline` builds it as one Dataset pipeline (with
 `_loader_positions` reading its positions and `_record_stage` running record
 operations), `_loader_state` is its checkpoint format, `_record_ops`
 and `_pack_op` are Grain's DataLoader operations, `_load` is `grain.load`;
-`_ray_options` is RayWorkers and `_ray_executor` runs the workers on Ray actors;
+`_ray_options` is RayWorkers, `_ray_executor` runs the workers on Ray actors and
+`_ray_pool` keeps started actors between runs;
 `_multithread` is mp_prefetch's slicing and round robin with threads;
 `_elastic` and `_elastic_plan` are ElasticIterator (ELASTIC.md).
 The public module `worker_env` is the environment every worker process starts

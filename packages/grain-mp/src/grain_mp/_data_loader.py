@@ -80,6 +80,7 @@ from grain_mp._loader_state import (
 )
 from grain_mp._operations import ElementStep, Plan, SamplerSourceMapDataset, plan_operations
 from grain_mp._options import MultiprocessingOptions
+from grain_mp._ray_options import RayWorkers
 
 __all__ = [
     "DataLoader",
@@ -205,6 +206,11 @@ class DataLoader:
       read_options: threads and buffer of each process's reading
         (``to_iter_dataset``); default ``ReadOptions()``.
       enable_profiling: accepted for compatibility (MultiprocessingOptions).
+      executor: where the `worker_count` workers run: None for processes on this
+        machine, or ``grain.experimental.RayWorkers(...)`` for actors of a Ray
+        cluster (``docs/ray_workers.md``). The batches and the checkpoints are
+        the same either way: a checkpoint saved on actors restores on local
+        workers and back. Not in Grain (keyword-only, ours).
 
     Example::
 
@@ -231,6 +237,7 @@ class DataLoader:
         shard_options: ShardOptions | None = None,
         read_options: ReadOptions | None = None,
         enable_profiling: bool = False,
+        executor: RayWorkers | None = None,
     ):
         if not (hasattr(data_source, "__len__") and hasattr(data_source, "__getitem__")):
             raise TypeError(
@@ -270,6 +277,17 @@ class DataLoader:
             )
         if not isinstance(enable_profiling, bool):
             raise TypeError(f"`enable_profiling` must be a bool, got {enable_profiling!r}.")
+        if executor is not None and not isinstance(executor, RayWorkers):
+            raise TypeError(
+                "`executor` must be None (workers on this machine) or a "
+                f"grain.experimental.RayWorkers(...), got {executor!r}."
+            )
+        if executor is not None and self._worker_count == 0:
+            raise ValueError(
+                "`executor=RayWorkers(...)` runs the DataLoader's workers on Ray actors, but "
+                "worker_count=0 runs the pipeline in this process: give worker_count the "
+                "number of actors (>= 1)."
+            )
         self._data_source = data_source
         self._sampler = sampler
         self._operations = list(operations)
@@ -279,6 +297,7 @@ class DataLoader:
             num_workers=self._worker_count,
             per_worker_buffer_size=self._worker_buffer_size,
             enable_profiling=enable_profiling,
+            executor=executor,
         )
         num_records = len(data_source)
         # The sharding this loader applies to the sampler's steps (None: every step),
@@ -346,7 +365,7 @@ class DataLoader:
 
     @property
     def multiprocessing_options(self) -> MultiprocessingOptions:
-        """The worker count, per-worker buffer size and profiling flag of this loader."""
+        """The worker count, per-worker buffer size, profiling flag and executor of this loader."""
         return self._multiprocessing_options
 
     def _loader_sharding(self, shard_options: ShardOptions | None) -> ShardOptions | None:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import gc
 import os
 import pickle
 import sys
@@ -48,7 +49,7 @@ import numpy as np
 
 from grain_dataset import unstamped
 from grain_dataset.extension import POLL_S, iter_worker_slice
-from grain_mp import _start, worker_env
+from grain_mp import _ray_pool, _start, worker_env
 from grain_mp._executor import CLOSED, FAILED
 from grain_mp._mp_worker import ELEMENTS, END, ERROR, error_message, where_it_failed
 from grain_mp._ray_options import RayWorkers
@@ -167,6 +168,13 @@ class _RayWorker:
             return (ERROR, group, self._error(error))
         return (ELEMENTS, group)
 
+    def reset(self) -> None:
+        """Drops the previous run (its pipeline, iterator and what they hold) for reuse."""
+        self._iterator = None
+        self._produced = None
+        self._group = 1
+        gc.collect()
+
     def where(self) -> tuple[str, int]:
         """(node id, process id) of this actor."""
         import ray
@@ -189,6 +197,8 @@ class _Slot:
         self.messages: collections.deque[tuple[Any, ...]] = collections.deque()
         self.done = False  # END or ERROR came: no more calls
         self.restarts = 0
+        self.reused = False  # its actor came from the pool: a failed start is no restart
+        self.clean = False  # its actor started the pipeline and never failed: poolable
 
 
 class RayExecutor:
@@ -230,32 +240,49 @@ class RayExecutor:
             why = "to run it on Ray actors"
             self._payload = _start.pickled(self._pipeline, self._worker_init_fn, why)
         self._payload_ref = ray.put(self._payload)  # one copy for every actor
-        self._actor_class = ray.remote(_RayWorker).options(**self._actor_options())
+        actor_options = self._actor_options()
+        self._actor_class = ray.remote(_RayWorker).options(**actor_options)
+        self._pool_key = _ray_pool.key(ray, actor_options)
         self._settings = worker_env.for_workers()
         slots = [_Slot(states[index]) for index in range(self._count)]
         self._slots = slots
         try:
+            wanted = [index for index in range(self._count) if not ended[index]]
+            pooled = _ray_pool.take(ray, self._pool_key, len(wanted))
+            fresh = len(wanted) - len(pooled)
+            if fresh:  # idle actors of other pipelines' options may hold the CPUs
+                _ray_pool.make_room(ray, self._pool_key, fresh * self._workers.num_cpus)
             starting = {}
             for index, slot in enumerate(slots):
                 if ended[index]:
                     slot.done = True
                     continue
-                starting[index] = self._new_actor(index, slot)
+                starting[index] = self._new_actor(index, slot, pooled.pop() if pooled else None)
             self._await_starts(starting)
         except BaseException:
-            self.stop()
+            self.stop(keep=False)
             raise
         return slots
 
-    def stop(self) -> None:
+    def stop(self, keep: bool = True) -> None:
+        """Stops the run; actors that ran cleanly go back to the pool (`keep`), others die."""
         slots, self._slots = self._slots, None
         ray = self._ray
         for slot in slots or ():
             slot.calls.clear()
             slot.messages.clear()
             if slot.actor is not None:
-                with contextlib.suppress(Exception):
-                    ray.kill(slot.actor, no_restart=True)
+                if keep and slot.clean:
+                    _ray_pool.give(
+                        ray,
+                        self._pool_key,
+                        slot.actor,
+                        self._workers.keep_actors_s,
+                        self._workers.num_cpus,
+                    )
+                else:
+                    with contextlib.suppress(Exception):
+                        ray.kill(slot.actor, no_restart=True)
                 slot.actor = None
 
     def interrupt(self) -> list[Any]:
@@ -280,6 +307,7 @@ class RayExecutor:
             try:
                 result = ray.get(call)
             except ray.exceptions.RayTaskError as error:  # our loop failed: not the user's
+                slot.clean = False
                 return (FAILED, error)
             except ray.exceptions.RayError as error:  # the actor, or its node, went away
                 failed = self._replace(index, slot, error)
@@ -324,9 +352,14 @@ class RayExecutor:
             options["scheduling_strategy"] = "SPREAD"
         return options
 
-    def _new_actor(self, index: int, slot: _Slot) -> Any:
-        """Starts worker `index`'s actor at `slot.state`; returns its start call."""
-        slot.actor = self._actor_class.remote()
+    def _new_actor(self, index: int, slot: _Slot, actor: Any = None) -> Any:
+        """Starts worker `index` at `slot.state` on `actor` (a pooled one) or a new one.
+
+        Returns its start call.
+        """
+        slot.reused = actor is not None
+        slot.clean = False
+        slot.actor = self._actor_class.remote() if actor is None else actor
         slot.calls.clear()
         return slot.actor.start.remote(
             self._settings, self._payload_ref, index, self._count, self._sequential, slot.state
@@ -355,6 +388,11 @@ class RayExecutor:
                 try:
                     message = ray.get(call)
                 except ray.exceptions.RayError as error:
+                    with contextlib.suppress(Exception):
+                        ray.kill(slot.actor, no_restart=True)
+                    if slot.reused:  # a pooled actor died while idle: not this run's loss
+                        waiting[index] = self._new_actor(index, slot)
+                        continue
                     slot.restarts += 1
                     if slot.restarts > self._workers.max_restarts:
                         raise self._lost(index, slot, error) from error
@@ -364,6 +402,7 @@ class RayExecutor:
                     slot.done = True
                     slot.messages.append(message)
                     continue
+                slot.clean = True
                 for _ in range(_DEPTH):
                     slot.calls.append(slot.actor.produce.remote(self._share))
 
