@@ -18,8 +18,10 @@ import pytest
 
 from grain_dataset import MapDataset
 from grain_mp import MultiprocessingOptions, SharedMemoryArray
+from grain_mp._segment_pool import SegmentPool
+from grain_mp._segment_reader import SegmentReader
 from grain_mp._sweep import parse_segment_name, segment_names
-from grain_mp._transport import MIN_SEGMENT_BYTES, SegmentPool, SegmentReader
+from grain_mp._transport import MIN_SEGMENT_BYTES
 
 pytestmark = pytest.mark.timeout(60)
 

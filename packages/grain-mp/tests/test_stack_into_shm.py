@@ -20,8 +20,10 @@ from grain_dataset import MapTransform
 from grain_dataset.extension import batch_allocator
 from grain_index import IndexSampler, NoSharding
 from grain_mp import BatchOperation, DataLoader, MultiprocessingOptions, _mp_worker
+from grain_mp._segment_pool import SegmentPool
+from grain_mp._segment_reader import SegmentReader
 from grain_mp._sweep import parse_segment_name, segment_exists, segment_names
-from grain_mp._transport import MIN_SEGMENT_BYTES, SegmentPool, SegmentReader
+from grain_mp._transport import MIN_SEGMENT_BYTES
 
 pytestmark = pytest.mark.usefixtures("no_leaked_segments")
 

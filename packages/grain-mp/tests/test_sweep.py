@@ -147,7 +147,7 @@ PRODUCER = """
     import numpy as np
     from grain_mp._shm_array import SharedMemoryArray
     from grain_mp._sweep import create_unique_segment
-    from grain_mp._transport import SegmentPool
+    from grain_mp._segment_pool import SegmentPool
 
     arrays = [SharedMemoryArray((10, 10), np.float32) for _ in range(2)]
     raw_name, raw_mapping = create_unique_segment(4096)

@@ -26,11 +26,13 @@ import textwrap
 import numpy as np
 import pytest
 
+from grain_mp._segment_pool import SegmentPool
+from grain_mp._segment_reader import SegmentReader
 from grain_mp._sweep import (
     parse_segment_name,
     segment_exists,
 )
-from grain_mp._transport import MIN_SEGMENT_BYTES, Payload, SegmentPool, SegmentReader
+from grain_mp._transport import MIN_SEGMENT_BYTES, Payload
 
 Pair = collections.namedtuple("Pair", "left right")
 
@@ -384,7 +386,7 @@ element = NAMESPACE["element"]
 # Sends `count` elements, at most `ahead` of them not yet released (as mp_prefetch's
 # credits do), then None; cleans up in `finally`, as workers must.
 WORKER = """
-from grain_mp._transport import SegmentPool
+from grain_mp._segment_pool import SegmentPool
 exec(ELEMENTS)
 pool = SegmentPool(owner_pid=owner, returns=returns)
 try:
@@ -400,7 +402,7 @@ finally:
 # Sends three elements and encodes a fourth it never sends, then waits to be killed.
 DOOMED_WORKER = """
 import time
-from grain_mp._transport import SegmentPool
+from grain_mp._segment_pool import SegmentPool
 exec(ELEMENTS)
 pool = SegmentPool(owner_pid=owner)
 for i in range(3):
@@ -465,7 +467,7 @@ def test_a_killed_workers_segments_are_removed_by_the_parent():
 
 GROUP = """
 import json, multiprocessing, os, sys, time
-from grain_mp._transport import SegmentReader
+from grain_mp._segment_reader import SegmentReader
 context = multiprocessing.get_context("fork")
 data, returns = context.Queue(), context.Queue()
 worker = context.Process(target=exec, daemon=True, args=(WORKER, dict(

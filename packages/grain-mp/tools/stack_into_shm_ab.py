@@ -35,7 +35,8 @@ import grain
 from grain_dataset import stack
 from grain_dataset.extension import set_batch_allocator
 from grain_mp import _mp_worker
-from grain_mp._transport import SegmentPool, SegmentReader
+from grain_mp._segment_pool import SegmentPool
+from grain_mp._segment_reader import SegmentReader
 
 
 def _emit(line: dict[str, Any]) -> None:

@@ -30,8 +30,8 @@ from typing import Any
 
 from grain_dataset import unstamped
 from grain_dataset.extension import iter_worker_slice, set_batch_allocator
+from grain_mp._segment_pool import SegmentPool
 from grain_mp._sweep import process_alive
-from grain_mp._transport import SegmentPool
 
 _POLL_S = 0.5
 # Elements of one worker the consumer may hold as zero-copy views; past that the

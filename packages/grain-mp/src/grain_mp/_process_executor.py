@@ -54,8 +54,8 @@ from grain_mp import _start, worker_env
 from grain_mp._ending import end_processes
 from grain_mp._executor import FAILED
 from grain_mp._mp_worker import HELD_BY_CONSUMER, worker_main
+from grain_mp._segment_reader import SegmentReader
 from grain_mp._sweep import sweep_dead_segments
-from grain_mp._transport import SegmentReader
 
 # What a worker that crashed in native code is told, with the known cause and its fixes.
 _NATIVE_CRASH = (
