@@ -126,7 +126,7 @@ def _pipeline(
     books = books.seed(seed).shuffle().map(_decode)
     web = web.seed(seed + 1).shuffle().map(_decode)
     mixed = grain.MapDataset.mix([books.repeat(), web.repeat()], weights=list(_WEIGHTS))
-    ds = (
+    ds: grain.IterDataset[Any] = (
         mixed.seed(seed)
         .random_map(_augment)
         .batch(BATCH, drop_remainder=True)[: n // BATCH]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import builtins
+import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
@@ -300,8 +301,8 @@ class MapDataset(_Dataset, MapTraits, Generic[T]):
         datasets: Sequence[MapDataset[T]],
         weights: Sequence[float] | None = None,
         *,
-        costs: Sequence[Any] | None = None,
-    ) -> Any:
+        costs: Sequence[Sequence[float] | np.ndarray | str | os.PathLike[str]] | None = None,
+    ) -> MapDataset[T]:
         """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
 
         An epoch ends when the component that runs out first (for its weight) is
@@ -503,8 +504,11 @@ class IterDataset(_Dataset, Generic[T]):
         datasets: Sequence[IterDataset[T]] | Mapping[str, IterDataset[T]],
         weights: Sequence[float] | Mapping[str, float] | None = None,
         *,
-        costs: Any = None,
-    ) -> Any:
+        costs: Callable[[T], float]
+        | Sequence[Callable[[T], float]]
+        | Mapping[str, Callable[[T], float]]
+        | None = None,
+    ) -> IterDataset[T]:
         """Returns a mixture of `datasets` in proportion to `weights` (uniform by default).
 
         It stops as soon as the component it needs next is exhausted. `datasets`
