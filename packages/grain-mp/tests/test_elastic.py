@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grain_dataset import MapDataset, ReadOptions, UnverifiedStateWarning
-from grain_index import ShardOptions
+from grain_index import ShardOptions, decode_runs, encode_runs
 from grain_mp import ElasticIterator, MultiprocessingOptions
-from grain_mp._elastic_plan import Plan, decode_runs, encode_runs, replan
+from grain_mp._elastic_plan import Plan, replan
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -11,6 +11,7 @@ on integer positions, decided before any record is read:
   _mixing    the weighted mixing schedule with O(1) lookups
   _cost_mixing  mixing by per-record cost (tokens): CostMixingSchedule
   _window    the window shuffle: a keyed permutation within each window
+  _runs      positions as arithmetic runs [start, step, count], for small states
   checks     the argument checks, public for the packages built on this one
 """
 
@@ -18,6 +19,8 @@ from grain_index._cost_mixing import CostMixingSchedule as CostMixingSchedule
 from grain_index._mixing import MAX_PERIOD as MAX_PERIOD
 from grain_index._mixing import MixingSchedule as MixingSchedule
 from grain_index._mixing import integer_weights as integer_weights
+from grain_index._runs import decode_runs as decode_runs
+from grain_index._runs import encode_runs as encode_runs
 from grain_index._sampler import IndexSampler as IndexSampler
 from grain_index._sampler import Record as Record
 from grain_index._sampler import RecordMetadata as RecordMetadata
@@ -51,8 +54,10 @@ __all__ = [
     "Sampler",
     "SequentialSampler",
     "ShardOptions",
+    "decode_runs",
     "derive_seed",
     "derive_seeds",
+    "encode_runs",
     "index_shuffle",
     "index_shuffle_array",
     "index_shuffle_function",

@@ -46,8 +46,8 @@ from grain_dataset import (
 )
 from grain_dataset.extension import drops_positions, pipeline_fingerprint, remember_dataset
 from grain_dataset.stages import TokenBudgetBatchIterDataset
-from grain_index import ShardOptions
-from grain_mp._elastic_plan import Plan, decode_runs, encode_runs, replan
+from grain_index import ShardOptions, decode_runs, encode_runs
+from grain_mp._elastic_plan import Plan, replan
 from grain_mp._mp_prefetch import mp_prefetch
 from grain_mp._options import MultiprocessingOptions
 

@@ -26,7 +26,6 @@ the new iterators share and split, and that their states carry from then on.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -34,7 +33,7 @@ import numpy as np
 
 from grain_dataset._core._base import DatasetIterator, IterDataset
 from grain_dataset._core._state import check_state
-from grain_index import NoSharding, ShardOptions, shard_bounds
+from grain_index import NoSharding, ShardOptions, decode_runs, encode_runs, shard_bounds
 from grain_sources import (
     JsonLinesRecordFiles,
     ParquetRecordFiles,
@@ -330,7 +329,7 @@ class _Frame:
             self.leftovers = np.zeros(0, dtype=np.int64)
             segments = np.asarray([[0, num_records]], dtype=np.int64)
         else:
-            self.leftovers = _decode_runs(plan["leftovers"])
+            self.leftovers = decode_runs(plan["leftovers"])
             segments = np.asarray(plan["segments"], dtype=np.int64).reshape(-1, 2)
         self.starts = segments[:, 0]
         lengths = segments[:, 1] - segments[:, 0]
@@ -383,35 +382,6 @@ class _Frame:
         return share, start + worker, workers, len(range(start + worker, stop, workers))
 
 
-def _encode_runs(values: np.ndarray) -> list[list[int]]:
-    """`values` as arithmetic runs [start, step, count], left to right (a loop per run)."""
-    if not len(values):
-        return []
-    steps = np.diff(values)
-    # A run breaks where the step changes; each run spans the elements between breaks.
-    cuts = np.flatnonzero(steps[1:] != steps[:-1]) + 2 if len(steps) > 1 else np.zeros(0, int)
-    bounds = [0]
-    for cut in cuts.tolist():  # one per run
-        if cut - bounds[-1] >= 2:
-            bounds.append(cut)
-    bounds.append(len(values))
-    runs = []
-    for lo, hi in itertools.pairwise(bounds):
-        step = int(values[lo + 1] - values[lo]) if hi - lo > 1 else 1
-        runs.append([int(values[lo]), step, hi - lo])
-    return runs
-
-
-def _decode_runs(runs: Sequence[Sequence[int]]) -> np.ndarray:
-    if not len(runs):
-        return np.zeros(0, dtype=np.int64)
-    table = np.asarray(runs, dtype=np.int64).reshape(-1, 3)
-    starts, steps, counts = table[:, 0], table[:, 1], table[:, 2]
-    offsets = np.cumsum(counts) - counts
-    within = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(offsets, counts)
-    return np.repeat(starts, counts) + np.repeat(steps, counts) * within
-
-
 def _brief(state: Any) -> str:
     text = repr(state)
     return text if len(text) < 200 else text[:200] + "...}"
@@ -434,7 +404,7 @@ def _check_plan(plan: Any, where: tuple[int, int, int, int, bool], ds: Any) -> N
         )
     try:
         segments = np.asarray(plan["segments"], dtype=np.int64).reshape(-1, 2)
-        leftovers = _decode_runs(plan["leftovers"])
+        leftovers = decode_runs(plan["leftovers"])
     except (TypeError, ValueError) as error:
         raise ValueError(f"the state's plan is malformed: {error}") from error
     n = ds._files.num_records
@@ -565,7 +535,7 @@ def _resized_state(ds: RecordRangeIterDataset[Any], states: Sequence[Any], like:
         "hosts": options.shard_count,
         "workers": len(new_leaves),
         "sequential": int(new_sequential),
-        "leftovers": _encode_runs(leftovers),
+        "leftovers": encode_runs(leftovers),
         "segments": merged,
     }
     fresh = {"next": 0, "record": 0, "plan": new_plan}
