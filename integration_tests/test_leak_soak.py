@@ -16,8 +16,9 @@
    what the resource tracker would complain about: afterwards no thread,
    process or /dev/shm segment of it may be left, and its stderr must be empty.
 
-Figures are printed (``pytest -s``); the same soaks run by hand with
-``uv run python integration_tests/test_leak_soak.py [rss|abandon]``.
+Each soak runs in a fresh interpreter, so that no other test's memory moves its
+figures. Figures are printed (``pytest -s``); the same soaks run by hand with
+``uv run python integration_tests/test_leak_soak.py [rss|threads|mp|abandon]``.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def soak_rss(kind: str) -> dict[str, Any]:
             at_warm_up = {"fds": _open_fds(), "threads": _status()["Threads"]}
         if count >= WARM_UP:
             threads_after_warm_up.append(_status()["Threads"])
-    at_end = {"fds": _open_fds()}
+    fds_at_end = _open_fds()
     threads_bound = max(at_warm_up["threads"], native_before + may_start)
     iterator.close()
     del iterator
@@ -129,7 +130,7 @@ def soak_rss(kind: str) -> dict[str, Any]:
         "rss_kb_at_warm_up": dict(rss)[WARM_UP],
         "rss_kb_at_end": rss[-1][1],
         "rss_slope_kb_per_100k": round(_slope_kb_per_100k(rss), 1),
-        "fds_growth_while_iterating": at_end["fds"] - at_warm_up["fds"],
+        "fds_growth_while_iterating": fds_at_end - at_warm_up["fds"],
         "threads_at_warm_up": at_warm_up["threads"] - native_before,
         "threads_most_after_warm_up": max(threads_after_warm_up) - native_before,
         "threads_over_bound": max(threads_after_warm_up) - threads_bound,
@@ -160,16 +161,45 @@ def _check_rss(figures: dict[str, Any]) -> None:
     assert figures["workers_left_after_close"] == 0, figures
 
 
+def _in_fresh_interpreter(
+    mode: str, timeout: float, *flags: str
+) -> tuple[dict[str, Any], str, int]:
+    """Runs this file's `mode` in a fresh interpreter of its own session.
+
+    Its last JSON line, its stderr and its pid. A fresh process measures the
+    soak alone: in the test process, memory that earlier tests free (or keep
+    allocating) moves the resident size as much as a leak would.
+    """
+    command = [sys.executable, *flags, __file__, mode]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = child.communicate(timeout=timeout)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    assert child.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1]), err, child.pid
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_half_a_million_elements_through_threads_keep_memory_flat():
-    _check_rss(soak_rss("threads"))
+    _check_rss(_in_fresh_interpreter("threads", 100)[0])
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_half_a_million_elements_through_worker_processes_keep_memory_flat():
-    _check_rss(soak_rss("mp"))
+    _check_rss(_in_fresh_interpreter("mp", 160)[0])
 
 
 # -- abandoned iterators -----------------------------------------------------------------
@@ -288,27 +318,10 @@ def soak_abandon(count: int = ABANDONED) -> dict[str, Any]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_two_hundred_abandoned_iterators_leave_nothing_behind():
-    command = [sys.executable, "-W", "error", __file__, "abandon"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    child = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = child.communicate(timeout=200)
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-    assert child.returncode == 0, err[-3000:]
-    figures = json.loads(out.strip().splitlines()[-1])
+    figures, err, pid = _in_fresh_interpreter("abandon", 200, "-W", "error")
     # After the interpreter's exit: nothing of it may remain.
     time.sleep(0.5)
-    figures["shm_segments_left_after_exit"] = len(_our_segments(child.pid))
+    figures["shm_segments_left_after_exit"] = len(_our_segments(pid))
     figures["stderr_after_exit"] = err.strip()
     print(json.dumps(figures))
     assert figures["iterators_abandoned"] == ABANDONED
@@ -323,8 +336,8 @@ def test_two_hundred_abandoned_iterators_leave_nothing_behind():
 
 if __name__ == "__main__":
     which = sys.argv[1] if len(sys.argv) > 1 else "all"
-    if which in ("rss", "all"):
-        for pipeline in ("threads", "mp"):
+    for pipeline in ("threads", "mp"):
+        if which in (pipeline, "rss", "all"):
             print(json.dumps(soak_rss(pipeline)), flush=True)
     if which in ("abandon", "all"):
         print(json.dumps(soak_abandon()), flush=True)
