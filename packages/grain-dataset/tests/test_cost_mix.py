@@ -189,7 +189,7 @@ def _cost_of_index(lengths):
     st.integers(0, 1),
 )
 def test_map_and_iter_mixes_by_cost_give_the_same_order(lengths, choice):
-    # Shares that are binary fractions keep both clocks' arithmetic exact, ties included.
+    # Both clocks compute (2 tally + cost) / share from exact integer tallies: ties included.
     table = {
         1: [[1], [3]],
         2: [[1, 1], [1, 3]],
@@ -277,7 +277,7 @@ def test_iter_mix_record_state_restores_into_a_mix_by_cost():
     state = by_records.get_state()
     by_cost = iter(_iter_mix(parts, [1, 1, 1]))
     by_cost.set_state(state)
-    assert by_cost.get_state()["cost_per_share"] == [0.0, 0.0, 0.0]
+    assert by_cost.get_state()["cost_read"] == [0.0, 0.0, 0.0]
     assert by_cost.get_state()["parents"] == state["parents"]
 
 
@@ -343,10 +343,45 @@ def _n(x):
     return x["n"]
 
 
-def test_iter_mix_corrupt_cost_state_is_refused():
+@pytest.mark.parametrize("key", ["cost_read", "cost_per_share"])
+def test_iter_mix_corrupt_cost_state_is_refused(key):
     parts, _ = _corpus(0)
     it = iter(_iter_mix(parts, [1, 1, 1]))
     state = it.get_state()
-    state["cost_per_share"] = [1.0, "x", 2.0]
-    with pytest.raises(ValueError, match=r"state\['cost_per_share'\] .* must be a list of finite"):
+    del state["cost_read"]
+    state[key] = [1.0, "x", 2.0]
+    with pytest.raises(ValueError, match=rf"state\['{key}'\] .* must be a list of finite"):
         iter(_iter_mix(parts, [1, 1, 1])).set_state(state)
+
+
+def test_iter_mix_restores_a_state_of_the_earlier_cost_per_share_format():
+    parts, _ = _corpus(4)
+    ds = _iter_mix(parts, [1, 1, 2])
+    it = iter(ds)
+    for _ in range(40):
+        next(it)
+    state = it.get_state()
+    expected = [next(it) for _ in range(60)]
+    # The earlier version saved the tallies over the shares, with these shares (1/4: exact).
+    shares = state["shares"]
+    state["cost_per_share"] = [t / w for t, w in zip(state.pop("cost_read"), shares)]
+    restored = iter(ds)
+    restored.set_state(state)
+    assert [next(restored) for _ in range(60)] == expected
+    assert restored.get_state()["cost_read"] == it.get_state()["cost_read"]
+
+
+def test_map_and_iter_mixes_by_cost_agree_on_a_tie_that_rounding_broke():
+    # Shares 1/4 and 3/4: at the seventh element both clocks read 10 for both datasets.
+    # Summed cost over share by cost over share, the second reached 9.999...; a tie.
+    lengths = [[1, 1, 1, 1, 36, 60, 60], [1, 1, 1, 4] + [1] * 10 + [30, 1, 2, 60]]
+    parts = [
+        MapDataset.source([{"c": j, "i": i} for i in range(len(lens))])
+        for j, lens in enumerate(lengths)
+    ]
+    by_map = list(MapDataset.mix(parts, [1, 3], costs=lengths))
+    streams = [p.repeat().to_iter_dataset() for p in parts]
+    it = iter(IterDataset.mix(streams, [1, 3], costs=[_cost_of_index(x) for x in lengths]))
+    got = [next(it) for _ in range(len(by_map))]
+    assert got[6] == by_map[6] == {"c": 0, "i": 2}  # the tie goes to the lower dataset
+    assert got == by_map

@@ -233,7 +233,7 @@ class CostMixingSchedule:
             index = np.arange(first[j], last[j], dtype=np.int64)
             epochs, offsets = np.divmod(index, self._sizes[j])
             # Absolute virtual time, as an IterDataset mix by cost keeps its clock: the
-            # two order alike wherever the arithmetic is exact (binary-fraction shares).
+            # two compute the same expression, so they order alike wherever costs are integers.
             doubled = epochs * self._spans[j] + midpoints[offsets]
             times.append(doubled / self._weights[j])
             components.append(np.full(len(index), j, dtype=self._component_dtype))

@@ -26,16 +26,22 @@ Grain, and must be as many as the mixture's.
 
 Mixing by cost (``costs=``): each component's next element is read ahead
 and costed (the component's function of it); the next element delivered is
-the one whose cost, centred on its component's tally of cost over share,
-comes first (ties to the lower component): weighted fair queueing, as the
-MapDataset mix orders records by their known costs. The mix ends when any
-component runs out, since the choice needs every component's next cost. The
-state saves a component read ahead at its state before that element, which a
-restore reads again, and adds ``"cost_per_share"`` (the cost read from each
-component over its share: the numbers the choice compares, saved exactly) and
-``"shares"`` (the weights scaled to sum 1). Restored under other weights or
-components, the tallies start afresh at the restored position, so the new
-weights hold from there on without one component catching up a backlog.
+the one whose cost, centred on its component's tally of cost read, comes
+first on the clock of cost over share (ties to the lower component):
+weighted fair queueing, as the MapDataset mix orders records by their known
+costs. The clock is computed as the MapDataset mix computes it, from the
+tally in one division, so the two give the same order wherever the costs
+are integers (tallies add up exactly; a clock that added up cost over share
+element by element drifted by rounding and broke ties the other way). The
+mix ends when any component runs out, since the choice needs every
+component's next cost. The state saves a component read ahead at its state
+before that element, which a restore reads again, and adds ``"cost_read"``
+(the cost read from each component: the tallies, saved exactly) and
+``"shares"`` (the weights scaled to sum 1); a state of an earlier version
+holds ``"cost_per_share"`` instead, the tallies over the shares. Restored
+under other weights or components, the tallies start afresh at the restored
+position, so the new weights hold from there on without one component
+catching up a backlog.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ from grain_dataset._runtime._fingerprint import (
 from grain_index import MixingSchedule
 
 _PLAIN_NUMBERS = (int, float)
+# The state entries of a mix by cost (and of an earlier version's, by cost over share).
+_COST_KEYS = ("cost_read", "cost_per_share", "shares")
 
 
 def _names(datasets: Any) -> list[str] | None:
@@ -153,11 +161,12 @@ class _MixedIterator(StageIterator):
         self._stop = False
         self._costs = dataset._costs
         self._shares = dataset._shares
-        self._lags = [0.0] * len(parents)  # cost read over share, per component
-        # By cost, each component's next element is read ahead: (element, its cost over
-        # the share, the component's state before it), or None once it is delivered.
+        self._read = [0.0] * len(parents)  # cost read, per component
+        # By cost, each component's next element is read ahead: (element, its cost, the
+        # component's state before it), or None once it is delivered.
         self._ahead: list[tuple[Any, float, Any] | None] = [None] * len(parents)
-        # Where each element read ahead is centred on the clock: tally + half its cost.
+        # Where each element read ahead is centred on the clock of cost over share, doubled:
+        # (2 tally + its cost) / share, the expression of the MapDataset mix.
         self._times = [0.0] * len(parents)
 
     def _read_ahead(self, component: int) -> None:
@@ -173,9 +182,8 @@ class _MixedIterator(StageIterator):
             # element again (and meets the same error), nothing is skipped.
             iterator.set_state(before)
             raise
-        step = cost / self._shares[component]
-        self._ahead[component] = (value, step, before)
-        self._times[component] = self._lags[component] + step / 2
+        self._ahead[component] = (value, cost, before)
+        self._times[component] = (2 * self._read[component] + cost) / self._shares[component]
 
     def _next_by_cost(self) -> Any:
         ahead = self._ahead
@@ -195,9 +203,9 @@ class _MixedIterator(StageIterator):
         # component), so every prefix is within half an element of each share.
         times = self._times
         best = times.index(min(times))
-        value, step, _ = ahead[best]  # type: ignore[misc]
+        value, cost, _ = ahead[best]  # type: ignore[misc]
         ahead[best] = None
-        self._lags[best] += step
+        self._read[best] += cost
         self._index += 1
         return value
 
@@ -229,27 +237,27 @@ class _MixedIterator(StageIterator):
             "stop": self._stop,
         }
         if self._costs is not None:
-            state["cost_per_share"] = list(self._lags)
+            state["cost_read"] = list(self._read)
             state["shares"] = list(self._shares)
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        lags = self._restore_costs(state)
+        tallies = self._restore_costs(state)
         if isinstance(state, dict):
-            state = {k: v for k, v in state.items() if k not in ("cost_per_share", "shares")}
+            state = {k: v for k, v in state.items() if k not in _COST_KEYS}
         changed = self._set_positions(state)
         self._ahead = [None] * len(self._iterators)
         if self._costs is not None:
-            if changed and lags is not None:
+            if changed and tallies is not None:
                 logger.warning(
                     "%s: the mixture changed since the checkpoint; the cost shares are "
                     "counted afresh from here.",
                     repr(self._dataset),
                 )
-            self._lags = [0.0] * len(self._iterators) if changed or lags is None else lags
+            self._read = [0.0] * len(self._iterators) if changed or tallies is None else tallies
 
     def _restore_costs(self, state: Any) -> list[float] | None:
-        """The checkpoint's cost per share of each component, if it is from a mix by cost of the
+        """The checkpoint's cost read from each component, if it is from a mix by cost of the
         same shares.
 
         None (count afresh from the restored position) where the state is a
@@ -257,11 +265,14 @@ class _MixedIterator(StageIterator):
         new weights would give the component now furthest behind a long run of
         its own to catch up, rather than follow the new weights from here.
         """
-        if self._costs is None or not isinstance(state, dict) or "cost_per_share" not in state:
+        if self._costs is None or not isinstance(state, dict):
             return None
-        lags, shares = state["cost_per_share"], state.get("shares")
+        key = next((k for k in ("cost_read", "cost_per_share") if k in state), None)
+        if key is None:
+            return None
+        tallies, shares = state[key], state.get("shares")
         stage = repr(self._dataset)
-        for name, value in (("cost_per_share", lags), ("shares", shares)):
+        for name, value in ((key, tallies), ("shares", shares)):
             if not isinstance(value, list) or not all(
                 isinstance(x, int | float)
                 and not isinstance(x, bool)
@@ -273,7 +284,7 @@ class _MixedIterator(StageIterator):
                     f"state['{name}'] of {stage} must be a list of finite numbers >= 0, got "
                     f"{value!r:.200}; the checkpoint is corrupt."
                 )
-        if len(lags) != len(self._iterators) or shares != self._shares:
+        if len(tallies) != len(self._iterators) or shares != self._shares:
             if shares != self._shares:
                 logger.warning(
                     "%s: the weights changed since the checkpoint (%s, now %s); the cost shares "
@@ -283,7 +294,9 @@ class _MixedIterator(StageIterator):
                     self._shares,
                 )
             return None
-        return [float(x) for x in lags]
+        if key == "cost_per_share":  # an earlier version's clock: cost over share
+            return [float(x) * w for x, w in zip(tallies, self._shares, strict=True)]
+        return [float(x) for x in tallies]
 
     def _set_positions(self, state: dict[str, Any]) -> bool:
         """Restores the parents and the index; True where the components changed."""
