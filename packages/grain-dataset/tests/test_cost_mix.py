@@ -364,7 +364,7 @@ def test_iter_mix_restores_a_state_of_the_earlier_cost_per_share_format():
     expected = [next(it) for _ in range(60)]
     # The earlier version saved the tallies over the shares, with these shares (1/4: exact).
     shares = state["shares"]
-    state["cost_per_share"] = [t / w for t, w in zip(state.pop("cost_read"), shares)]
+    state["cost_per_share"] = [t / w for t, w in zip(state.pop("cost_read"), shares, strict=True)]
     restored = iter(ds)
     restored.set_state(state)
     assert [next(restored) for _ in range(60)] == expected
