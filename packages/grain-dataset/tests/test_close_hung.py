@@ -46,7 +46,7 @@ def _same(x):
 
 
 def _read_threads(hang):
-    # Width 1 at first: one chunk, one reader thread, stuck at 4.
+    # One reader thread stuck at 4; a second may start beside it (the first chunk is slow).
     ds = MapDataset.range(40).map(hang).to_iter_dataset(ReadOptions(num_threads=4))
     return ds.map(_same), "grain-read"
 
@@ -116,7 +116,11 @@ def test_close_from_another_thread_returns_and_the_pending_next_raises(make):
         assert consumer.got == list(range(len(consumer.got)))  # nothing out of order
         with pytest.raises(ValueError, match="closed iterator"):
             next(iterator)
-        # Only the stuck thread is left: a daemon.
+        # Only the stuck thread is left: a daemon. (Idle readers end on their own,
+        # shortly after the close.)
+        deadline = time.monotonic() + 5
+        while len(_new_threads(before)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         left = _new_threads(before)
         assert [t.name for t in left] == [stuck_name]
         assert left[0].daemon

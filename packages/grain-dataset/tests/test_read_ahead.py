@@ -540,8 +540,15 @@ def test_the_first_batch_costs_one_batch(num_threads):
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads)))
     first = next(it)
     assert first.tolist() == list(range(32))
+    # The first batch was read as one chunk, beside at most one other (a second
+    # reader starts while a costly first chunk runs): its last element was among
+    # the first two batches' worth of calls.
+    assert calls.index(31) < 2 * 32
     time.sleep(0.1)  # what the readers do meanwhile counts too
-    assert len(calls) <= 2 * 32
+    # Then the read-ahead, bounded: each of the two readers' queue of chunks.
+    from grain_dataset._threads._read_ahead import _QUEUED_PER_READER
+
+    assert len(calls) <= (1 + 2 * _QUEUED_PER_READER) * 32
     it.close()
 
 
@@ -594,3 +601,101 @@ def test_large_elements_that_wait_are_read_by_as_many_threads_as_pay():
     assert most[0] >= 4  # the tuner widened past the bytes bound ...
     assert most[0] <= 8  # ... and never past num_threads
     it.close()
+
+
+# -- readers that do not wait for the consumer, and a second one at the start ---------------
+
+
+def _spans(log):
+    """A map that records each call's thread and start and end times in `log`."""
+
+    def f(x, seconds, python):
+        began = time.perf_counter()
+        if python:  # holds the GIL throughout, as pure-Python work does
+            while time.perf_counter() - began < seconds:
+                pass
+        else:
+            time.sleep(seconds)
+        log.append((x, threading.get_ident(), began, time.perf_counter()))
+        return x
+
+    return f
+
+
+def _first_chunk_overlapped(python: bool) -> bool:
+    """Whether another element was read while the (costly) first one was."""
+    log = []
+    f = _spans(log)
+    ds = MapDataset.range(50).map(lambda x: f(x, 0.06 if x == 0 else 0.01, python))
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=4)))
+    assert next(it) == 0
+    it.close()
+    _, first_thread, _, first_end = next(entry for entry in log if entry[0] == 0)
+    return any(t != first_thread and began < first_end for x, t, began, _ in log if x)
+
+
+@pytest.mark.skipif(
+    len(getattr(__import__("os"), "sched_getaffinity", lambda _: [0, 1])(0)) < 2,
+    reason="a second reader at the start needs two usable cores",
+)
+def test_a_costly_first_element_that_frees_the_gil_gets_a_second_reader_at_once():
+    # The consumer's wake-up doubles as the GIL probe; a loaded machine may wake it
+    # late, which only leaves the decision to the tuner: one of a few tries suffices.
+    assert any(_first_chunk_overlapped(python=False) for _ in range(5))
+
+
+@pytest.mark.skipif(
+    not getattr(sys, "_is_gil_enabled", lambda: True)(),
+    reason="without a GIL, Python work is what a second reader runs beside",
+)
+def test_a_costly_first_element_in_python_is_read_alone():
+    # Two readers would share the GIL and make the first element wait for the second.
+    assert not any(_first_chunk_overlapped(python=True) for _ in range(3))
+
+
+def test_readers_start_their_next_chunk_without_waiting_for_the_consumer():
+    from grain_dataset._threads._read_ahead import _QUEUED_PER_READER
+
+    calls = []
+    ds = MapDataset.range(1000).map(_counting(calls, 0.02))
+    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=2)))
+    assert next(it) == 0
+    time.sleep(0.5)  # the consumer is away: each reader goes on through its queue
+    read = len(calls)
+    assert 1 + _QUEUED_PER_READER <= read <= 1 + 2 * _QUEUED_PER_READER
+    assert [next(it) for _ in range(read - 1)] == list(range(1, read))
+    it.close()
+
+
+def test_the_pool_runs_at_most_its_size_once_resized():
+    from grain_dataset._threads._daemon_pool import DaemonPool
+
+    lock, running, peak = threading.Lock(), [0], []
+
+    def task(seconds):
+        with lock:
+            running[0] += 1
+            peak.append(running[0])
+        time.sleep(seconds)
+        with lock:
+            running[0] -= 1
+
+    before = {t for t in threading.enumerate() if t.name == "pool-test"}
+    pool = DaemonPool(8, "pool-test")
+    pool.resize(4)
+    assert pool.size == 4
+    for future in [pool.submit(task, 0.05, busy=4) for _ in range(8)]:
+        future.result(10)
+    assert max(peak) == 4
+    pool.resize(1)
+    assert pool.size == 1
+    peak.clear()
+    for future in [pool.submit(task, 0.01, busy=1) for _ in range(6)]:
+        future.result(10)
+    assert max(peak) == 1  # the three told to go took their exit before these
+    pool.resize(20)
+    assert pool.size == 8  # never more than max_threads
+    pool.shutdown()
+    assert pool.size == 0
+    started = {t for t in threading.enumerate() if t.name == "pool-test"} - before
+    assert not still_alive(started)

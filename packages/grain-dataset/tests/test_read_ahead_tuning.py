@@ -255,3 +255,46 @@ def test_a_trial_must_beat_the_widths_average_not_only_its_last_window(clock):
     assert tuner.width == 2  # a second reader is tried ...
     run_window(tuner, clock, 900.0, starved=True, busy=1.0, heavy=True)
     assert tuner.width == 1  # ... and loses: 900 beats the slow window, not the average
+
+
+# -- a second reader at the start, for a costly first chunk ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("max_width", "cores", "widens"), [(16, 2, True), (2, 64, True), (1, 64, False), (16, 1, False)]
+)
+def test_widening_at_the_start_needs_two_threads_and_two_cores(max_width, cores, widens):
+    tuner = _read_ahead._WidthTuner(max_width=max_width, cores=cores)
+    assert tuner.at_start is widens
+    assert tuner.widen_at_start() is widens
+    assert tuner.width == (2 if widens else 1)
+    assert not tuner.at_start  # once only
+    assert tuner.widen_at_start() is False
+
+
+def test_widening_at_the_start_only_before_the_first_window(clock):
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
+    run_window(tuner, clock, 1000.0, starved=False, busy=1.0, heavy=True)
+    assert tuner.width == 1
+    assert not tuner.at_start
+    assert tuner.widen_at_start() is False
+
+
+def test_the_chunks_in_flight_at_the_widening_do_not_count_for_the_new_width(clock):
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
+    tuner.in_flight = 1
+    assert tuner.widen_at_start()
+    assert tuner._settling == 1
+    tuner.record(1, 0.0, 0.1)  # the first chunk, begun alone
+    assert tuner._settling == 0
+    assert tuner._chunks == 0
+
+
+def test_a_width_change_skips_every_chunk_still_in_flight(clock):
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=8)
+    run_window(tuner, clock, 1000.0, starved=True, busy=0.95, heavy=True)
+    assert tuner.width == 2
+    tuner.in_flight = 2 * _read_ahead._QUEUED_PER_READER  # two readers, their queues full
+    run_window(tuner, clock, 2000.0, starved=True, busy=1.9, heavy=True)
+    assert tuner.width == 4  # two kept, and four tried at once
+    assert tuner._settling == 2 * _read_ahead._QUEUED_PER_READER

@@ -43,17 +43,36 @@ class DaemonPool:
         """Queues the call; starts a thread while fewer than min(max_threads, busy) run."""
         wanted = self._max_threads if busy is None else min(self._max_threads, busy)
         if len(self._threads) < wanted:
-            thread = threading.Thread(
-                target=_work, args=(self._tasks,), name=self._name, daemon=True
-            )
-            thread.start()
-            self._threads.append(thread)
+            self._start()
         future: Future = Future()
         self._tasks.put((future, fn, args))
         return future
 
+    def _start(self) -> None:
+        thread = threading.Thread(target=_work, args=(self._tasks,), name=self._name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def resize(self, threads: int) -> None:
+        """Runs calls in exactly `threads` threads (at most `max_threads`), from now on.
+
+        Threads beyond `threads` finish the calls queued before this and exit;
+        missing ones start at once. So a caller may queue more calls than run,
+        and a thread that ends one call starts the next without waiting for the
+        caller, while at most `threads` of them run once the queue has drained.
+        """
+        wanted = max(0, min(threads, self._max_threads))
+        while len(self._threads) > wanted:
+            self._threads.pop()
+            self._tasks.put(None)
+        while len(self._threads) < wanted:
+            self._start()
+
+    @property
+    def size(self) -> int:
+        """The threads running or waiting for calls (those told to exit not counted)."""
+        return len(self._threads)
+
     def shutdown(self) -> None:
         """Lets each thread finish its current call and exit."""
-        for _ in self._threads:
-            self._tasks.put(None)
-        self._threads = []
+        self.resize(0)

@@ -15,7 +15,12 @@ are consumed strictly in order. How many chunks run at once (up to
 the machine that runs it: waiting elements (I/O) and elements that release the
 GIL (image decoding) get as many threads as keep paying, computation no more
 than the cores the process may use, and pure-Python elements, which only queue
-on the GIL, few or none.
+on the GIL, few or none. Each reader has a chunk queued behind the one it reads
+(`_QUEUED_PER_READER`), so a reader that ends a chunk starts the next without
+waiting for the consumer; the pool is resized to the width, so no more than the
+width run once the queue has turned over. A first chunk still running after
+`_START_WIDEN_S` gets a second reader at once if the consumer, woken from its
+wait, found the GIL free (`_WidthTuner.widen_at_start`).
 
 In a worker's pipeline (mp_prefetch, multithread_prefetch: the iterator was
 created by `iter_worker_slice`, or by a stage of such a pipeline), the iterator
@@ -85,6 +90,16 @@ _TUNE_PAUSE_WINDOWS = 32
 _TUNE_FIRST_PAUSE_WINDOWS = 4
 # Elements that cost less CPU than 1/_CHEAP_CHUNK of a chunk's target count as cheap.
 _CHEAP_CHUNK = 2
+# Chunks queued per reader: one running and one waiting, so that a reader that ends a
+# chunk starts the next at once instead of waiting for the consumer to ask for it.
+_QUEUED_PER_READER = 2
+# A first chunk still running after this long is costly: a second reader starts at once
+# (see `_WidthTuner.widen_at_start`), unless the readers hold the GIL.
+_START_WIDEN_S = _TARGET_CHUNK_S
+# How late the consumer may wake from that wait and still count the GIL as free: a reader
+# running Python keeps it for the interpreter's switch interval (5 ms), a reader in C
+# code (decoding) lets the consumer in within a fraction of a millisecond.
+_GIL_FREE_LATENESS_S = 0.001
 
 
 @register("to_iter_dataset")
@@ -236,6 +251,10 @@ class _WidthTuner:
         self._inline_kept = False  # whether reading inline has won a trial yet
         self._grow_failed = False  # whether a doubling has lost a trial yet
         self._settling = 0  # chunks still to come that began before the width changed
+        self._fresh = True  # no window decided yet, nor widened at the start
+        # Chunks in flight after the last one handed out (the iterator keeps it): those
+        # began at the width before a change, and do not count for the new one.
+        self.in_flight = 0
         # The read rate at the current width, averaged over its windows: a trial must
         # beat this as well as the last window, which one hiccup (a collection, a
         # page-faulting allocation) can make slow in a window of 10 ms.
@@ -272,6 +291,7 @@ class _WidthTuner:
         cheap = self._cpu < self._positions * _TARGET_CHUNK_S / _CHEAP_CHUNK
         self._window_start, self._positions, self._waited, self._cpu = now, 0, 0.0, 0.0
         self._chunks = 0
+        self._fresh = False
         if self._trial is not None and not self._judge_trial(rate):
             return  # back to the width before: this window measured the other one
         self._rate_avg = _smoothed(self._rate_avg, rate)
@@ -302,6 +322,28 @@ class _WidthTuner:
             elif inline:
                 self._try(0, rate)
 
+    @property
+    def at_start(self) -> bool:
+        """Whether one reader runs and nothing was decided yet: `widen_at_start` may apply."""
+        return self._fresh and self.width == 1 and min(self._max_width, self._cores) > 1
+
+    def widen_at_start(self) -> bool:
+        """A second reader at once, for a first chunk that is costly and leaves the GIL free.
+
+        The consumer has nothing to do but wait for the first chunk, so a second
+        reader costs it nothing; without it, elements that cost a tenth of a
+        second each would take a whole window of one reader before the first
+        doubling. Only where this process may use two cores. The width is then
+        judged like any other: kept while it pays, inline tried where it does not.
+        """
+        if not self.at_start:
+            return False
+        self._fresh = False
+        self.width = 2
+        self._settling = max(1, self.in_flight)
+        self._window_start = time.perf_counter()
+        return True
+
     def _wider(self, busy: float) -> int | None:
         """The doubled width worth a trial, or None when there is no room for more."""
         limit = self._max_width
@@ -313,7 +355,7 @@ class _WidthTuner:
     def _try(self, width: int, rate: float) -> None:
         baseline = rate if self._rate_avg is None else max(rate, self._rate_avg)
         self._trial = (self.width, baseline, self._rate_avg, self._busy_avg)
-        self._settling = max(1, self.width)
+        self._settling = max(1, self.in_flight)
         self.width = width
         self._rate_avg = self._busy_avg = None
 
@@ -329,7 +371,7 @@ class _WidthTuner:
         tried, kept = self.width, rate >= old_rate * 1.15
         if not kept:
             self.width = width
-            self._settling = max(1, tried)
+            self._settling = max(1, self.in_flight)
             self._rate_avg, self._busy_avg = old_average, old_busy
         if tried == 0:  # reading inline
             if kept:
@@ -444,17 +486,19 @@ class _PrefetchIterator(DatasetIterator[Any]):
     def _submit(self) -> None:
         if self._pool is None:
             self._pool = DaemonPool(self._threads, "grain-read")
+        width = self._tuner.width  # type: ignore[union-attr] # threads
+        if width and self._pool.size != width:
+            self._pool.resize(width)
         limit = self._in_flight_limit()
         while (
             self._read_pos < self._length
             and self._in_flight < limit
-            and len(self._pending) < self._tuner.width  # type: ignore[union-attr] # threads
+            and len(self._pending) < _QUEUED_PER_READER * width
         ):
             size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
             start, stop = self._read_pos, self._read_pos + size
-            busy = len(self._pending) + 1
             future = self._pool.submit(
-                _read_chunk, self._source, start, stop, self._one_by_one, busy=busy
+                _read_chunk, self._source, start, stop, self._one_by_one, busy=width
             )
             self._pending.append((start, stop, future))
             self._in_flight += size
@@ -473,6 +517,24 @@ class _PrefetchIterator(DatasetIterator[Any]):
             except TimeoutError:
                 continue
         raise closed_error(self)
+
+    def _widen_if_costly(self, future: Future) -> None:
+        """While the first chunk runs: a second reader if it is costly and the GIL is free.
+
+        The wait for the chunk doubles as the probe: a reader in Python code holds
+        the GIL, and the consumer wakes from its timed wait a switch interval late.
+        """
+        began = time.perf_counter()
+        try:
+            future.exception(_START_WIDEN_S)
+            return  # cheap: the tuner decides from its windows
+        except TimeoutError:
+            late = time.perf_counter() - began - _START_WIDEN_S
+        tuner = self._tuner
+        assert tuner is not None
+        tuner.in_flight = len(self._pending)
+        if late < _GIL_FREE_LATENESS_S and tuner.widen_at_start():
+            self._submit()
 
     def _interrupt(self) -> tuple[()]:
         """close() from another thread: a waiting `next()` raises (see `_guard`)."""
@@ -502,12 +564,15 @@ class _PrefetchIterator(DatasetIterator[Any]):
             start, stop, future = self._pending[0]
             ready, began = future.done(), time.perf_counter()
             if not ready:
+                if tuner.at_start:
+                    self._widen_if_costly(future)
                 self._wait(future)
             self._pending.popleft()
             self._in_flight -= stop - start
             values, error, cpu, wall = future.result()
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
+            tuner.in_flight = len(self._pending)
             tuner.record(stop - start, waited, cpu)
             self._submit()
         self.read_cpu_s += cpu
