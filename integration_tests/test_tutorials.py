@@ -354,9 +354,14 @@ def test_troubleshooting_quotes_real_messages(tmp_path, monkeypatch):
     assert jax.device_count() == 8, "the page quotes make_global_batch with 8 devices"
     # The page quotes worker processes' messages (threads on free-threaded Python differ).
     monkeypatch.setenv("GRAIN_PY_WORKER_EXECUTOR", "processes")
-    page = (DOCS / "troubleshooting.md").read_text()
-    missing = [m for m in _messages(tmp_path, monkeypatch) if m not in page]
+    page = _counts_elided((DOCS / "troubleshooting.md").read_text())
+    missing = [m for m in map(_counts_elided, _messages(tmp_path, monkeypatch)) if m not in page]
     assert not missing, "\n\n".join(missing)
+
+
+def _counts_elided(text):
+    """The filter warning's counts as N, M, P: with threads they depend on when a chunk ended."""
+    return re.sub(r"dropped \d+ of \d+ elements \([\d.]+%\)", "dropped N of M elements (P%)", text)
 
 
 def test_troubleshooting_quotes_the_shared_memory_message():
