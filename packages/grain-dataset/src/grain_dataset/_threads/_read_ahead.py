@@ -17,10 +17,13 @@ GIL (image decoding) get as many threads as keep paying, computation no more
 than the cores the process may use, and pure-Python elements, which only queue
 on the GIL, few or none. Each reader has a chunk queued behind the one it reads
 (`_QUEUED_PER_READER`), so a reader that ends a chunk starts the next without
-waiting for the consumer; the pool is resized to the width, so no more than the
-width run once the queue has turned over. A first chunk still running after
-`_START_WIDEN_S` gets a second reader at once if the consumer, woken from its
-wait, found the GIL free (`_WidthTuner.widen_at_start`).
+waiting for the consumer, where chunks are short (under `_SHORT_CHUNK_S`: the
+hand-off is then a noticeable part of a chunk; longer ones, batches, would only
+hold a batch more of memory per reader); the pool is resized to the width, so
+no more than the width run once the queue has turned over. A first chunk still
+running after `_START_WIDEN_S` that keeps its reader computing gets a second
+reader at once if the consumer, woken from its wait, found the GIL free
+(`_WidthTuner.widen_at_start`).
 
 In a worker's pipeline (mp_prefetch, multithread_prefetch: the iterator was
 created by `iter_worker_slice`, or by a stage of such a pipeline), the iterator
@@ -90,9 +93,11 @@ _TUNE_PAUSE_WINDOWS = 32
 _TUNE_FIRST_PAUSE_WINDOWS = 4
 # Elements that cost less CPU than 1/_CHEAP_CHUNK of a chunk's target count as cheap.
 _CHEAP_CHUNK = 2
-# Chunks queued per reader: one running and one waiting, so that a reader that ends a
-# chunk starts the next at once instead of waiting for the consumer to ask for it.
+# Chunks queued per reader where chunks are short (their wall time under _SHORT_CHUNK_S):
+# one running and one waiting, so that a reader that ends a chunk starts the next at
+# once instead of waiting for the consumer to ask for it.
 _QUEUED_PER_READER = 2
+_SHORT_CHUNK_S = 0.02
 # A first chunk still running after this long is costly: a second reader starts at once
 # (see `_WidthTuner.widen_at_start`), unless the readers hold the GIL.
 _START_WIDEN_S = _TARGET_CHUNK_S
@@ -100,6 +105,10 @@ _START_WIDEN_S = _TARGET_CHUNK_S
 # running Python keeps it for the interpreter's switch interval (5 ms), a reader in C
 # code (decoding) lets the consumer in within a fraction of a millisecond.
 _GIL_FREE_LATENESS_S = 0.001
+# The CPU the process must have used during that wait, as a share of it, for the reader
+# to count as computing: a reader that waits (I/O, a sleep) is left to the tuner, which
+# first tries such cheap elements in the consumer's own thread.
+_COMPUTING_SHARE = 0.5
 
 
 @register("to_iter_dataset")
@@ -416,6 +425,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._in_flight = 0
         self._chunk = _FIRST_CHUNK
         self._element_bytes = 0  # of the last chunk's first element
+        self._queued = 1  # chunks per reader: _QUEUED_PER_READER once chunks prove short
         # Totals for `stats()`, kept per chunk so that recording costs nothing per
         # element: the consumer's time reading (no threads) or blocked on the
         # readers (threads), the readers' CPU time, elements handed out.
@@ -493,7 +503,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         while (
             self._read_pos < self._length
             and self._in_flight < limit
-            and len(self._pending) < _QUEUED_PER_READER * width
+            and len(self._pending) < self._queued * width
         ):
             size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
             start, stop = self._read_pos, self._read_pos + size
@@ -524,16 +534,18 @@ class _PrefetchIterator(DatasetIterator[Any]):
         The wait for the chunk doubles as the probe: a reader in Python code holds
         the GIL, and the consumer wakes from its timed wait a switch interval late.
         """
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         try:
             future.exception(_START_WIDEN_S)
             return  # cheap: the tuner decides from its windows
         except TimeoutError:
-            late = time.perf_counter() - began - _START_WIDEN_S
+            cpu = time.process_time() - cpu
+            waited = time.perf_counter() - began
         tuner = self._tuner
         assert tuner is not None
         tuner.in_flight = len(self._pending)
-        if late < _GIL_FREE_LATENESS_S and tuner.widen_at_start():
+        gil_free = waited - _START_WIDEN_S < _GIL_FREE_LATENESS_S
+        if gil_free and cpu >= _COMPUTING_SHARE * waited and tuner.widen_at_start():
             self._submit()
 
     def _interrupt(self) -> tuple[()]:
@@ -570,6 +582,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._pending.popleft()
             self._in_flight -= stop - start
             values, error, cpu, wall = future.result()
+            self._queued = _QUEUED_PER_READER if wall < _SHORT_CHUNK_S else 1
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
             tuner.in_flight = len(self._pending)
