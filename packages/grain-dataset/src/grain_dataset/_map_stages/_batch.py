@@ -199,6 +199,14 @@ class BatchIterDataset(IterStage):
 class _BatchIterator(StageIterator):
     def __next__(self) -> Any:
         dataset = self._dataset
+        # A read-ahead parent (`to_iter_dataset`) may hand the batch over whole, stacked
+        # by the thread that read it; None where it cannot, and the elements come one by
+        # one. Only with the default batch_fn: ours is pure, a user's runs where it did.
+        take = getattr(self._parent, "_take_batch", None)
+        if take is not None and dataset._batch_fn is stack:
+            batch = take(dataset._batch_size, dataset._batch_fn)
+            if batch is not None:
+                return batch
         values = []
         start = self._parent.get_state()
         try:

@@ -55,6 +55,7 @@ from __future__ import annotations
 import collections
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -98,13 +99,20 @@ _CHEAP_CHUNK = 2
 # once instead of waiting for the consumer to ask for it.
 _QUEUED_PER_READER = 2
 _SHORT_CHUNK_S = 0.02
+# Calls in a row that find no whole batch (filtered positions, every batch) after which
+# `_take_batch` stops reading batch-sized chunks.
+_BATCH_MISSES = 8
 # A first chunk still running after this long is costly: a second reader starts at once
 # (see `_WidthTuner.widen_at_start`), unless the readers hold the GIL.
 _START_WIDEN_S = _TARGET_CHUNK_S
-# How late the consumer may wake from that wait and still count the GIL as free: a reader
-# running Python keeps it for the interpreter's switch interval (5 ms), a reader in C
-# code (decoding) lets the consumer in within a fraction of a millisecond.
+# How long the consumer may take to get the GIL back, woken from that wait and after each
+# of _GIL_PROBES hand-offs (time.sleep(0)), and still count it as free: a reader running
+# Python keeps it for the interpreter's switch interval (5 ms), a reader in C code
+# (decoding) lets the consumer in within a fraction of a millisecond. (The wake-up alone
+# is not enough: another thread of the process that runs now and then, a test runner's,
+# hands the GIL round early.)
 _GIL_FREE_LATENESS_S = 0.001
+_GIL_PROBES = 2
 # The CPU the process must have used during that wait, as a share of it, for the reader
 # to count as computing: a reader that waits (I/O, a sleep) is left to the tuner, which
 # first tries such cheap elements in the consumer's own thread.
@@ -151,9 +159,18 @@ def _reads_batched_source(dataset: MapDataset[Any]) -> bool:
 
 
 def _read_chunk(
-    dataset: MapDataset[Any], start: int, stop: int, one_by_one: bool = False
-) -> tuple[list[Any], Any, float, float]:
-    """Elements [start, stop) of `dataset`, the error that stopped them, CPU and wall time.
+    dataset: MapDataset[Any],
+    start: int,
+    stop: int,
+    one_by_one: bool = False,
+    batch_fn: Callable[[list[Any]], Any] | None = None,
+) -> tuple[list[Any], Any, float, float, Any]:
+    """Elements [start, stop) of `dataset`, the error that stopped them, CPU and wall time,
+    and with `batch_fn` the elements batched (None unless all of them came, none None).
+
+    Batching here, in the reader, moves the copy of every element into the
+    batch off the consumer's thread; a batch_fn that fails leaves the batch to
+    the consumer, which meets the same error where it would have.
 
     When the one vectorized read fails, the chunk is read again element by
     element to find where: the elements before the failing one are returned
@@ -178,9 +195,17 @@ def _read_chunk(
             try:
                 values.append(dataset._getitem(index))
             except Exception as element_error:
-                return values, element_error, time.thread_time() - cpu, time.perf_counter() - wall
+                times = time.thread_time() - cpu, time.perf_counter() - wall
+                return values, element_error, *times, None
         values = []
-    return values, error, time.thread_time() - cpu, time.perf_counter() - wall
+    batch = None
+    whole = error is None and len(values) == stop - start
+    if batch_fn is not None and whole and all(value is not None for value in values):
+        try:
+            batch = batch_fn(values)
+        except Exception:
+            batch = None
+    return values, error, time.thread_time() - cpu, time.perf_counter() - wall, batch
 
 
 def _nbytes(value: Any, depth: int = 0) -> int:
@@ -426,6 +451,12 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._chunk = _FIRST_CHUNK
         self._element_bytes = 0  # of the last chunk's first element
         self._queued = 1  # chunks per reader: _QUEUED_PER_READER once chunks prove short
+        # Batches read whole (`_take_batch`): their size and batch_fn once a batch stage
+        # asks, and the position their chunks align to.
+        self._batch_size = 0
+        self._batch_fn: Callable[[list[Any]], Any] | None = None
+        self._align = 0
+        self._batch_misses = 0  # calls in a row that found no whole batch
         # Totals for `stats()`, kept per chunk so that recording costs nothing per
         # element: the consumer's time reading (no threads) or blocked on the
         # readers (threads), the readers' CPU time, elements handed out.
@@ -439,7 +470,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._cancel_pending()
         self._next = position  # the position after the last element returned
         self._read_pos = position  # the first position not yet asked for
+        self._align = position  # batches read whole start here (see `_take_batch`)
         self._values: list[Any] = []
+        self._batch: Any = None  # the current chunk batched by its reader, if it was
         self._cursor = 0
         self._chunk_start = position
         self._error: BaseException | None = None
@@ -505,14 +538,69 @@ class _PrefetchIterator(DatasetIterator[Any]):
             and self._in_flight < limit
             and len(self._pending) < self._queued * width
         ):
-            size = min(self._chunk, self._length - self._read_pos, limit - self._in_flight)
+            size = min(self._chunk_size(), limit - self._in_flight)
+            if self._batch_size and size < self._chunk_size() and self._pending:
+                break  # a whole batch does not fit yet: once the consumer takes one
             start, stop = self._read_pos, self._read_pos + size
             future = self._pool.submit(
-                _read_chunk, self._source, start, stop, self._one_by_one, busy=width
+                _read_chunk,
+                self._source,
+                start,
+                stop,
+                self._one_by_one,
+                self._batch_fn if self._batch_size else None,
+                busy=width,
             )
             self._pending.append((start, stop, future))
             self._in_flight += size
             self._read_pos = stop
+
+    def _chunk_size(self) -> int:
+        """Positions of the next chunk: the tuned size, or up to the next batch's bound."""
+        left = self._length - self._read_pos
+        if self._batch_size:
+            return min(left, self._batch_size - (self._read_pos - self._align) % self._batch_size)
+        return min(left, self._chunk)
+
+    def _take_batch(self, size: int, batch_fn: Callable[[list[Any]], Any]) -> Any:
+        """The next `size` elements batched by `batch_fn` in a reader, or None.
+
+        A batch stage that batches this iterator's elements asks here first
+        (`grain_dataset._map_stages._batch`). From the first call on, chunks are
+        read whole batches at a time, aligned to the position of that call, and
+        batched by the reader that read them. None where the next elements are
+        not such a chunk: the stage then takes them one by one as before (the
+        first batch after a change of size, the end of the epoch, a chunk with a
+        filtered position, an error, a batch_fn that failed). After a filtered
+        position the chunks realign to where the consumer stands.
+        """
+        if self._chunk >= size or self._batch_misses >= _BATCH_MISSES:
+            # Cheap elements (their chunks grow past a batch: batch-sized chunks would
+            # cost more hand-offs than the copy saves), or filtered positions in batch
+            # after batch: chunks of the tuned size, and the consumer batches.
+            self._batch_size = 0
+            return None
+        if size != self._batch_size or batch_fn is not self._batch_fn:
+            self._batch_size, self._batch_fn, self._align = size, batch_fn, self._next
+        if self._error is not None:
+            return None
+        if self._cursor == len(self._values):
+            if self._values:
+                self._count_filtered(len(self._values))
+            if not self._next_chunk():
+                return None  # the end: the one-by-one path ends the epoch as it does
+        batch = self._batch
+        if self._cursor or batch is None or len(self._values) != size:
+            if (self._next - self._align) % size:
+                self._align = self._next  # a dropped position moved the batches' bounds
+            self._batch_misses += 1
+            return None
+        self._batch_misses = 0
+        self._batch = None
+        self._cursor = size
+        self._next = self._chunk_start + size
+        self._count_filtered(size)
+        return batch
 
     def _wait(self, future: Future) -> None:
         """Waits for `future`, unless close() from another thread interrupts the wait.
@@ -532,7 +620,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
         """While the first chunk runs: a second reader if it is costly and the GIL is free.
 
         The wait for the chunk doubles as the probe: a reader in Python code holds
-        the GIL, and the consumer wakes from its timed wait a switch interval late.
+        the GIL, and the consumer, woken from its timed wait and after each hand-off
+        of the GIL, gets it back a switch interval late.
         """
         began, cpu = time.perf_counter(), time.process_time()
         try:
@@ -541,10 +630,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
         except TimeoutError:
             cpu = time.process_time() - cpu
             waited = time.perf_counter() - began
+        late = waited - _START_WIDEN_S
+        for _ in range(_GIL_PROBES):
+            if late >= _GIL_FREE_LATENESS_S:
+                return  # the reader holds the GIL: a second one would only share it
+            began = time.perf_counter()
+            time.sleep(0)  # lets go of the GIL and takes it back
+            late = time.perf_counter() - began
         tuner = self._tuner
         assert tuner is not None
         tuner.in_flight = len(self._pending)
-        gil_free = waited - _START_WIDEN_S < _GIL_FREE_LATENESS_S
+        gil_free = late < _GIL_FREE_LATENESS_S
         if gil_free and cpu >= _COMPUTING_SHARE * waited and tuner.widen_at_start():
             self._submit()
 
@@ -562,8 +658,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
             if self._read_pos >= self._length:
                 return False
             start = self._read_pos
-            stop = min(self._length, start + self._chunk)
-            values, error, cpu, wall = _read_chunk(self._source, start, stop, self._one_by_one)
+            stop = start + self._chunk_size()
+            batch_fn = self._batch_fn if self._batch_size else None
+            values, error, cpu, wall, batch = _read_chunk(
+                self._source, start, stop, self._one_by_one, batch_fn
+            )
             self.waited_s += wall
             self._read_pos = stop
             if tuner is not None:
@@ -581,7 +680,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 self._wait(future)
             self._pending.popleft()
             self._in_flight -= stop - start
-            values, error, cpu, wall = future.result()
+            values, error, cpu, wall, batch = future.result()
             self._queued = _QUEUED_PER_READER if wall < _SHORT_CHUNK_S else 1
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
@@ -593,6 +692,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._element_bytes = _element_bytes(values)
         self._adapt(len(values), cpu, wall)
         self._chunk_start, self._values, self._cursor = start, values, 0
+        self._batch = batch
         self._counted = 0  # positions of this chunk given to the filter check
         self._error = error
         return True
