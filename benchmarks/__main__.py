@@ -1381,6 +1381,7 @@ def bench_token_mix(ctx: Context) -> list[Row]:
                     note=f"first element {line['build_s']} s, {line['peak_mb']} MB",
                 )
             )
+    return rows
 
 
 def bench_token_budget(ctx: Context) -> list[Row]:
@@ -1812,6 +1813,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             began = time.perf_counter()
             try:
                 new = BENCHES[name](ctx)
+                if not isinstance(new, list):
+                    raise BenchmarkError(f"its collector returned {type(new).__name__}, not rows")
             except (BenchmarkError, KeyError, TypeError, ValueError) as error:
                 message = f"{type(error).__name__}: {error}"
                 errors[name] = message

@@ -94,6 +94,22 @@ def test_every_benchmark_script_is_in_the_report(report: ModuleType) -> None:
         assert pattern.split("/")[0] in report.BENCHES, pattern
 
 
+def test_every_collector_returns_its_rows(report: ModuleType) -> None:
+    # A collector that ends without `return` gives None, and the full run (half an hour)
+    # failed at it; each must return a value on every path.
+    import ast
+    import inspect
+    import textwrap
+
+    for name, collect in report.BENCHES.items():
+        tree = ast.parse(textwrap.dedent(inspect.getsource(collect)))
+        body = tree.body[0].body  # type: ignore[attr-defined]
+        assert isinstance(body[-1], ast.Return | ast.Raise), f"{name}: no return at its end"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Return):
+                assert node.value is not None, f"{name}: a bare return"
+
+
 def test_targets_match_the_readme(report: ModuleType) -> None:
     target = report.target_for
     assert target("pipeline", "map_batch_t0", "upstream").value == 2.0
