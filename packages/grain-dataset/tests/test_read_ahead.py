@@ -635,10 +635,18 @@ def _first_chunk_overlapped(python: bool) -> bool:
     len(getattr(__import__("os"), "sched_getaffinity", lambda _: [0, 1])(0)) < 2,
     reason="a second reader at the start needs two usable cores",
 )
-def test_a_costly_first_element_computed_without_the_gil_gets_a_second_reader_at_once():
-    # The consumer's wake-up doubles as the GIL probe; a loaded machine may wake it
-    # late, which only leaves the decision to the tuner: one of a few tries suffices.
-    assert any(_first_chunk_overlapped(python=False) for _ in range(5))
+def test_a_costly_first_element_computed_without_the_gil_gets_a_second_reader_at_once(
+    monkeypatch,
+):
+    from grain_dataset._threads import _read_ahead
+
+    # The probe's thresholds are timings, which a loaded machine (a CI run beside
+    # another test process) upsets, always toward leaving the choice to the tuner: here
+    # they are opened, so the mechanism is what is checked; the tests below check that
+    # Python work and waiting are told apart with the real thresholds.
+    monkeypatch.setattr(_read_ahead, "_GIL_FREE_LATENESS_S", 1.0)
+    monkeypatch.setattr(_read_ahead, "_COMPUTING_SHARE", 0.0)
+    assert _first_chunk_overlapped(python=False)
 
 
 @pytest.mark.skipif(
