@@ -452,10 +452,10 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._element_bytes = 0  # of the last chunk's first element
         self._queued = 1  # chunks per reader: _QUEUED_PER_READER once chunks prove short
         # Batches read whole (`_take_batch`): their size and batch_fn once a batch stage
-        # asks, and the position their chunks align to.
+        # asks (0 and None while chunks are of the tuned size); `_reset` sets the position
+        # their chunks align to.
         self._batch_size = 0
         self._batch_fn: Callable[[list[Any]], Any] | None = None
-        self._align = 0
         self._batch_misses = 0  # calls in a row that found no whole batch
         # Totals for `stats()`, kept per chunk so that recording costs nothing per
         # element: the consumer's time reading (no threads) or blocked on the
@@ -538,8 +538,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
             and self._in_flight < limit
             and len(self._pending) < self._queued * width
         ):
-            size = min(self._chunk_size(), limit - self._in_flight)
-            if self._batch_size and size < self._chunk_size() and self._pending:
+            wanted = self._chunk_size()
+            size = min(wanted, limit - self._in_flight)
+            if self._batch_size and size < wanted and self._pending:
                 break  # a whole batch does not fit yet: once the consumer takes one
             start, stop = self._read_pos, self._read_pos + size
             future = self._pool.submit(
@@ -548,7 +549,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 start,
                 stop,
                 self._one_by_one,
-                self._batch_fn if self._batch_size else None,
+                self._batch_fn,
                 busy=width,
             )
             self._pending.append((start, stop, future))
@@ -578,7 +579,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
             # Cheap elements (their chunks grow past a batch: batch-sized chunks would
             # cost more hand-offs than the copy saves), or filtered positions in batch
             # after batch: chunks of the tuned size, and the consumer batches.
-            self._batch_size = 0
+            self._batch_size, self._batch_fn = 0, None
             return None
         if size != self._batch_size or batch_fn is not self._batch_fn:
             self._batch_size, self._batch_fn, self._align = size, batch_fn, self._next
@@ -659,9 +660,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 return False
             start = self._read_pos
             stop = start + self._chunk_size()
-            batch_fn = self._batch_fn if self._batch_size else None
             values, error, cpu, wall, batch = _read_chunk(
-                self._source, start, stop, self._one_by_one, batch_fn
+                self._source, start, stop, self._one_by_one, self._batch_fn
             )
             self.waited_s += wall
             self._read_pos = stop
