@@ -175,3 +175,41 @@ def test_batch_sized_chunks_stop_after_filtered_positions_in_batch_after_batch()
     assert [x for batch in got for x in batch] == list(range(0, 20 * (_BATCH_MISSES + 2), 2))
     assert it._parent._batch_misses >= _BATCH_MISSES
     assert it._parent._batch_size == 0
+
+
+class _Tracked(np.ndarray):
+    """An image whose life is watched: weakrefs to plain ndarrays are not allowed."""
+
+
+def test_a_batch_taken_whole_holds_no_element_alive_in_the_iterator():
+    import gc
+    import weakref
+
+    alive = {}
+
+    def element(i):
+        image = np.full((256, 256, 3), i % 256, np.uint8).view(_Tracked)
+        alive[i] = weakref.ref(image)
+        return image
+
+    ds = gd.MapDataset.range(64).map(element)
+    ds = ds.to_iter_dataset(gd.ReadOptions(num_threads=2, prefetch_buffer_size=16)).batch(8)
+    it = iter(ds)
+    first = next(it)
+    assert it._parent._batch_size == 8  # read whole, stacked by a reader
+    gc.collect()
+    # The batch holds copies: the eight elements themselves are gone, not kept by the
+    # iterator until the next chunk (a batch of memory more at the consumer's side).
+    assert [alive[i]() is None for i in range(8)] == [True] * 8
+    assert first[:, 0, 0, 0].tolist() == list(range(8))
+    it.close()
+
+
+def test_without_threads_the_consumer_batches_from_chunks_of_the_tuned_size():
+    it = iter(_pipeline(64, 16, threads=0))
+    batches = list(it)
+    # In the consumer's thread anyway: batch-sized chunks would save no copy and hold
+    # a batch of elements more, so chunks keep their megabyte bound.
+    assert it._parent._batch_size == 0
+    assert it._parent._chunk * 196_608 <= 1 << 20
+    _assert_same(batches, list(_pipeline(64, 16, threads=0, batch_fn=_by_consumer)))

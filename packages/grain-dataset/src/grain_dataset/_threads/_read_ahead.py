@@ -572,9 +572,14 @@ class _PrefetchIterator(DatasetIterator[Any]):
         batched by the reader that read them. None where the next elements are
         not such a chunk: the stage then takes them one by one as before (the
         first batch after a change of size, the end of the epoch, a chunk with a
-        filtered position, an error, a batch_fn that failed). After a filtered
-        position the chunks realign to where the consumer stands.
+        filtered position, an error, a batch_fn that failed), and always
+        without threads. After a filtered position the chunks realign to where
+        the consumer stands; once a batch is taken its elements are let go.
         """
+        if self._tuner is None:
+            # Read in the consumer's thread anyway: batch-sized chunks would save no copy
+            # and hold a batch of elements more (the allocator then faults fresh pages in).
+            return None
         if self._chunk >= size or self._batch_misses >= _BATCH_MISSES:
             # Cheap elements (their chunks grow past a batch: batch-sized chunks would
             # cost more hand-offs than the copy saves), or filtered positions in batch
@@ -598,6 +603,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
             return None
         self._batch_misses = 0
         self._batch = None
+        # The elements are in the batch now: let their memory go before the next chunk.
+        self._values = [None] * size
         self._cursor = size
         self._next = self._chunk_start + size
         self._count_filtered(size)
