@@ -159,6 +159,18 @@ def test_inline_kept_by_a_cold_start_gives_way_to_two_readers_soon(clock):
         assert tuner.width == 2
 
 
+def test_a_reader_seen_leaving_the_gil_free_tries_a_second_one_before_inline(clock):
+    tuner = _read_ahead._WidthTuner(max_width=4, cores=2)
+    tuner.gil_free_seen = True  # the start-up probe's finding (see _widen_if_costly)
+    # Cheap elements, one reader computing: a second reader first, not inline ...
+    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)
+    assert tuner.width == 2
+    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)  # ... which does not pay,
+    assert tuner.width == 1
+    run_window(tuner, clock, 1000.0, starved=True, busy=1.0)  # and inline is tried next
+    assert tuner.width == 0
+
+
 @pytest.mark.parametrize("heavy", [True, False])
 def test_inline_is_not_tried_when_the_readers_use_several_cores(clock, heavy):
     tuner = _read_ahead._WidthTuner(max_width=2, cores=2)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -67,6 +68,23 @@ class DaemonPool:
             self._tasks.put(None)
         while len(self._threads) < wanted:
             self._start()
+
+    def cpu_clock(self) -> Callable[[], float] | None:
+        """A clock of the CPU seconds the pool's threads have used, or None.
+
+        Each thread's own clock, not the process's: other threads of the process
+        (other pipelines, a test runner's) do not count. None where the platform
+        has no per-thread clocks, or a thread has ended since.
+        """
+        try:
+            clocks = [time.pthread_getcpuclockid(thread.ident) for thread in self._threads]  # type: ignore[arg-type]
+        except (AttributeError, OSError):  # no such clocks (macOS, Windows); a thread ended
+            return None
+
+        def clock() -> float:
+            return sum(time.clock_gettime(c) for c in clocks)
+
+        return clock
 
     @property
     def size(self) -> int:

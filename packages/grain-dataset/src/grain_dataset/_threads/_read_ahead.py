@@ -110,13 +110,17 @@ _START_WIDEN_S = _TARGET_CHUNK_S
 # Python keeps it for the interpreter's switch interval (5 ms), a reader in C code
 # (decoding) lets the consumer in within a fraction of a millisecond. (The wake-up alone
 # is not enough: another thread of the process that runs now and then, a test runner's,
-# hands the GIL round early.)
+# hands the GIL round early.) Of these 1 + _GIL_PROBES returns, one may be late: a
+# machine busy with other work runs the consumer late now and then. With two late, the
+# tuner is told (`_WidthTuner.gil_free_seen`); three, and the reader holds the GIL.
 _GIL_FREE_LATENESS_S = 0.001
-_GIL_PROBES = 2
-# The CPU the process must have used during that wait, as a share of it, for the reader
-# to count as computing: a reader that waits (I/O, a sleep) is left to the tuner, which
-# first tries such cheap elements in the consumer's own thread.
-_COMPUTING_SHARE = 0.5
+_GIL_PROBES = 3
+# The CPU the reader must have used during that wait, as a share of it, to count as
+# computing: a reader that waits (I/O, a sleep) uses next to none and is left to the
+# tuner, which first tries such cheap elements in the consumer's own thread. A quarter,
+# not more: on a machine still busy with other work (the readers of an iterator just
+# closed finish their chunks) a computing reader gets a part of a core.
+_COMPUTING_SHARE = 0.25
 
 
 @register("to_iter_dataset")
@@ -286,6 +290,9 @@ class _WidthTuner:
         self._grow_failed = False  # whether a doubling has lost a trial yet
         self._settling = 0  # chunks still to come that began before the width changed
         self._fresh = True  # no window decided yet, nor widened at the start
+        # Set by the start-up probe: a computing reader that left the GIL free part of
+        # the time. One reader of cheap elements then tries a second before reading inline.
+        self.gil_free_seen = False
         # Chunks in flight after the last one handed out (the iterator keeps it): those
         # began at the width before a change, and do not count for the new one.
         self.in_flight = 0
@@ -344,7 +351,7 @@ class _WidthTuner:
         elif starved:
             wider = self._wider(busy)
             inline = busy < 1.3 and not self._inline_wait
-            if inline and self.width == 1 and cheap:
+            if inline and self.width == 1 and cheap and not self.gil_free_seen:
                 # One reader of cheap elements: reading inline is tried before a second
                 # reader. Costlier elements (an image to decode) try the second reader
                 # first: against one reader, inline wins or loses there by noise alone.
@@ -629,27 +636,38 @@ class _PrefetchIterator(DatasetIterator[Any]):
 
         The wait for the chunk doubles as the probe: a reader in Python code holds
         the GIL, and the consumer, woken from its timed wait and after each hand-off
-        of the GIL, gets it back a switch interval late.
+        of the GIL, gets it back a switch interval late. One late return is
+        forgiven (a busy machine may run the consumer late once); a reader holding
+        the GIL makes every one late. With two, the tuner tries a second reader
+        before reading inline. The reader's CPU is its own thread's clock,
+        where the platform has one, so other threads of the process do not count.
         """
-        began, cpu = time.perf_counter(), time.process_time()
+        assert self._pool is not None and self._tuner is not None
+        clock = self._pool.cpu_clock() or time.process_time
+        began, cpu = time.perf_counter(), clock()
         try:
             future.exception(_START_WIDEN_S)
             return  # cheap: the tuner decides from its windows
         except TimeoutError:
-            cpu = time.process_time() - cpu
+            cpu = clock() - cpu
             waited = time.perf_counter() - began
-        late = waited - _START_WIDEN_S
+        late = int(waited - _START_WIDEN_S >= _GIL_FREE_LATENESS_S)
         for _ in range(_GIL_PROBES):
-            if late >= _GIL_FREE_LATENESS_S:
+            if late > 2:
                 return  # the reader holds the GIL: a second one would only share it
             began = time.perf_counter()
             time.sleep(0)  # lets go of the GIL and takes it back
-            late = time.perf_counter() - began
+            late += time.perf_counter() - began >= _GIL_FREE_LATENESS_S
         tuner = self._tuner
-        assert tuner is not None
+        computing = cpu >= _COMPUTING_SHARE * waited
+        if late == 2:
+            # Half of the returns late: Python code between the calls that release the
+            # GIL, or a machine running the consumer late. Not enough to widen now; the
+            # tuner tries a second reader before reading inline, and the rate decides.
+            tuner.gil_free_seen = computing
+            return
         tuner.in_flight = len(self._pending)
-        gil_free = late < _GIL_FREE_LATENESS_S
-        if gil_free and cpu >= _COMPUTING_SHARE * waited and tuner.widen_at_start():
+        if late <= 1 and computing and tuner.widen_at_start():
             self._submit()
 
     def _interrupt(self) -> tuple[()]:
