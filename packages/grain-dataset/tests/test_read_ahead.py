@@ -626,7 +626,10 @@ def _first_chunk_overlapped(python: bool) -> bool:
     """Whether another element was read while the (costly) first one was."""
     log = []
     f = _spans(log)
-    ds = MapDataset.range(50).map(lambda x: f(x, 0.06 if x == 0 else 0.01, python))
+    # 0.3 s: a loaded machine (the free-threaded leg's parallel suite) may wake the
+    # consumer from its 5 ms wait tens of milliseconds late, and the second reader then
+    # starts late; it must still begin while the first element runs.
+    ds = MapDataset.range(50).map(lambda x: f(x, 0.3 if x == 0 else 0.01, python))
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=4)))
     _first_chunk_overlapped.tuner = it._tuner  # for the message of a failing assertion
     assert next(it) == 0
@@ -758,33 +761,42 @@ def test_the_pools_cpu_clock_counts_its_threads_and_not_the_others():
 def _probed(monkeypatch, late_sleeps):
     """The start-up probe over a costly first element that leaves the GIL free, with the
     first `late_sleeps` of its hand-offs (time.sleep(0)) returning late, as they do
-    where the reader holds the GIL: (whether it widened, the tuner's gil_free_seen)."""
+    where the reader holds the GIL: (whether it widened, the tuner's gil_free_seen).
+
+    A late hand-off moves the clock a second on instead of sleeping, and lateness
+    counts from half a second: a loaded machine (the free-threaded leg's parallel
+    suite) wakes the consumer tens of milliseconds late, never that late.
+    """
     from grain_dataset._threads import _read_ahead
 
-    # Lateness 50 ms, late hand-offs 60 ms: the real wake-up is never counted late, even
-    # on a loaded machine; the CPU share is opened for the same reason.
-    monkeypatch.setattr(_read_ahead, "_GIL_FREE_LATENESS_S", 0.05)
-    monkeypatch.setattr(_read_ahead, "_COMPUTING_SHARE", 0.0)
-    real_sleep, calls = time.sleep, []
+    monkeypatch.setattr(_read_ahead, "_GIL_FREE_LATENESS_S", 0.5)
+    monkeypatch.setattr(_read_ahead, "_COMPUTING_SHARE", 0.0)  # the same: not timing here
+    real_sleep, real_clock, offset = time.sleep, time.perf_counter, [0.0]
 
     def sleep(seconds):
         if seconds == 0 and threading.current_thread() is threading.main_thread():
-            calls.append(seconds)
-            if len(calls) <= late_sleeps:
-                return real_sleep(0.06)
-        return real_sleep(seconds)
+            if late_sleeps > 0 and offset[0] < late_sleeps:
+                offset[0] += 1.0
+        real_sleep(seconds)
 
-    log = []
-    f = _spans(log)
-    ds = MapDataset.range(50).map(lambda x: f(x, 0.4 if x == 0 else 0.01, False))
-    it = iter(ds.to_iter_dataset(ReadOptions(num_threads=2)))
+    def first_costly(x):
+        began = time.monotonic()  # not perf_counter, which the late hand-offs move
+        while time.monotonic() - began < (0.3 if x == 0 else 0.001):
+            hashlib.sha256(_BLOCK).digest()
+        return x
+
+    it = iter(MapDataset.range(20).map(first_costly).to_iter_dataset(ReadOptions(num_threads=2)))
     tuner = it._tuner
     tuner._cores = 2  # the probe's rules are checked, on any machine
     widened, widen = [], tuner.widen_at_start
     tuner.widen_at_start = lambda: widened.append(widen()) or widened[-1]
     monkeypatch.setattr(_read_ahead.time, "sleep", sleep)
-    assert next(it) == 0
-    monkeypatch.setattr(_read_ahead.time, "sleep", real_sleep)
+    monkeypatch.setattr(_read_ahead.time, "perf_counter", lambda: real_clock() + offset[0])
+    try:
+        assert next(it) == 0
+    finally:
+        monkeypatch.setattr(_read_ahead.time, "perf_counter", real_clock)
+        monkeypatch.setattr(_read_ahead.time, "sleep", real_sleep)
     it.close()
     return widened == [True], tuner.gil_free_seen
 
