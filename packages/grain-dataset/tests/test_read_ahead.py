@@ -774,9 +774,9 @@ def _probed(monkeypatch, late_sleeps):
     real_sleep, real_clock, offset = time.sleep, time.perf_counter, [0.0]
 
     def sleep(seconds):
-        if seconds == 0 and threading.current_thread() is threading.main_thread():
-            if late_sleeps > 0 and offset[0] < late_sleeps:
-                offset[0] += 1.0
+        main = threading.current_thread() is threading.main_thread()
+        if seconds == 0 and main and offset[0] < late_sleeps:
+            offset[0] += 1.0
         real_sleep(seconds)
 
     def first_costly(x):

@@ -642,7 +642,8 @@ class _PrefetchIterator(DatasetIterator[Any]):
         before reading inline. The reader's CPU is its own thread's clock,
         where the platform has one, so other threads of the process do not count.
         """
-        assert self._pool is not None and self._tuner is not None
+        assert self._pool is not None
+        assert self._tuner is not None
         clock = self._pool.cpu_clock() or time.process_time
         began, cpu = time.perf_counter(), clock()
         try:
