@@ -74,7 +74,23 @@ def stack_into(values: list[np.ndarray], dtype: np.dtype[Any]) -> np.ndarray | N
     shape = values[0].shape
     if set(map(_shape_of, values)) != {shape}:  # one pass in C
         return None
-    full = (len(values), *shape)
+    out = allocate_with(allocate, (len(values), *shape), dtype)
+    if out is None:
+        return None
+    np.stack(values, out=out)
+    return out
+
+
+def allocate(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray | None:
+    """An empty batch array from the installed allocator, or None (none, or it declined)."""
+    installed = allocator
+    return None if installed is None else allocate_with(installed, shape, dtype)
+
+
+def allocate_with(
+    allocate: BatchAllocator, full: tuple[int, ...], dtype: np.dtype[Any]
+) -> np.ndarray | None:
+    """``allocate(full, dtype)``, checked: None, or an empty writable C-ordered array."""
     out = allocate(full, dtype)
     if out is None:
         return None
@@ -90,5 +106,4 @@ def stack_into(values: list[np.ndarray], dtype: np.dtype[Any]) -> np.ndarray | N
             f"The batch allocator {allocate!r} returned an array that is not writable "
             f"and C-ordered; return np.empty(shape, dtype) memory or None."
         )
-    np.stack(values, out=out)
     return out

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._common._errors import note_stage
+from grain_dataset._common._row_stack import RowStack, has_rows
 from grain_dataset._common._tree import stack
 from grain_dataset._core._base import INFINITE, IterDataset, MapDataset, register
 from grain_dataset._core._iter_stage import IterStage, StageIterator, iterator_of
@@ -24,6 +25,9 @@ from grain_dataset._core._stage import MapStage, epochs_of, fits_int64, is_infin
 from grain_dataset._map_stages._gather import split
 from grain_dataset._runtime._fingerprint import token
 from grain_index import checks
+
+# The bytes of large arrays read at once when stacking as read: a few images stay in cache.
+_ROWS_READ_BYTES = 1 << 20
 
 
 def _batch_options(stage: Any, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> None:
@@ -100,6 +104,9 @@ class BatchMapDataset(MapStage):
             self._length = -(-self._parent_length // self._batch_size)
         # Index arithmetic down to an array source: read each batch stacked (_gather.py).
         self._gathers = batch_fn is None and parent._gatherable()
+        # Whether the elements have large arrays, from the first batch read: later ones
+        # are then read a megabyte at a time and stacked as they come (`RowStack`).
+        self._rows: bool | None = None if self._batch_fn is stack and not self._gathers else False
 
     def __len__(self) -> int:
         return self._length
@@ -138,14 +145,46 @@ class BatchMapDataset(MapStage):
             batch = self._gathered(np.arange(start, stop, dtype=np.int64))
             if batch is not NotImplemented:
                 return batch
-        return self._combine(self._parent._getitems(np.arange(start, stop, dtype=np.int64)))
+        if self._rows:
+            return self._stacked_as_read(start, stop)
+        return self._combine(self._read(start, stop))
+
+    def _read(self, start: int, stop: int) -> list[Any]:
+        values = self._parent._getitems(np.arange(start, stop, dtype=np.int64))
+        if self._rows is None:
+            first = next((value for value in values if value is not None), None)
+            self._rows = first is not None and has_rows(first)
+        return values
+
+    def _stacked_as_read(self, start: int, stop: int) -> Any:
+        """`_combine` of the parent's [start, stop), its elements' rows copied in as read."""
+        rows = RowStack(stop - start)
+        position, step = start, 1
+        while position < stop:
+            end = min(stop, position + step)
+            for value in self._parent._getitems(np.arange(position, end, dtype=np.int64)):
+                if value is not None:  # filtered positions are left out of their batch
+                    rows.add(value)
+            position = end
+            if len(rows):  # no large arrays after all: the rest in one read
+                step = _ROWS_READ_BYTES // rows.row_bytes if rows.stacking else stop - position
+                step = max(1, step)
+        if not len(rows):
+            return None
+        try:
+            return rows.result()
+        except Exception as error:
+            note_stage(error, self)
+            raise
 
     def _getitems(self, indices: np.ndarray) -> list[Any]:
         size = self._batch_size
         if not self._length:
             raise IndexError("the dataset is empty: it has no element at any index.")
-        if self._gathers and len(indices) == 1:  # a chunk of one batch (large batches)
+        if (self._gathers or self._rows) and len(indices) == 1:  # a chunk of one batch
             return [self._getitem(int(indices[0]))]
+        if self._rows and not is_infinite(self._parent_length):  # large elements
+            return [self._getitem(int(index)) for index in indices]
         if is_infinite(self._parent_length):
             if not fits_int64(indices, INFINITE // size, INFINITE):
                 return super()._getitems(indices)
@@ -165,6 +204,9 @@ class BatchMapDataset(MapStage):
             if stacked is not NotImplemented:
                 return split(stacked, bounds)
         values = self._parent._getitems(parent_indices)
+        if self._rows is None:
+            first = next((value for value in values if value is not None), None)
+            self._rows = first is not None and has_rows(first)
         return [self._combine(values[bounds[k] : bounds[k + 1]]) for k in range(len(indices))]
 
     def _describe(self) -> str:
@@ -207,23 +249,39 @@ class _BatchIterator(StageIterator):
             batch = take(dataset._batch_size, dataset._batch_fn)
             if batch is not None:
                 return batch
-        values = []
+        size = dataset._batch_size
+        values: list[Any] = []
+        # With the default batch_fn, elements with large arrays are copied into the
+        # batch as they come (`RowStack`), while still in cache.
+        rows: RowStack | None = None
         start = self._parent.get_state()
         try:
             for value in self._parent:
+                if not values and rows is None and dataset._batch_fn is stack:
+                    rows = RowStack(size)
+                    rows.add(value)
+                    if rows.stacking:
+                        break
+                    rows = None
                 values.append(value)
-                if len(values) == dataset._batch_size:
+                if len(values) == size:
                     break
+            if rows is not None and len(rows) < size:
+                for value in self._parent:
+                    rows.add(value)
+                    if len(rows) == size:
+                        break
         except Exception:
             # Rewind to the batch's start so the elements already collected are
             # not lost: the next call reads the whole batch again.
-            if values:
+            if values or rows is not None:
                 self._parent.set_state(start)
             raise
-        if not values or (dataset._drop_remainder and len(values) < dataset._batch_size):
+        count = len(values) if rows is None else len(rows)
+        if not count or (dataset._drop_remainder and count < size):
             raise StopIteration
         try:
-            return dataset._batch_fn(values)
+            return dataset._batch_fn(values) if rows is None else rows.result()
         except Exception as error:
             note_stage(error, dataset)
             raise

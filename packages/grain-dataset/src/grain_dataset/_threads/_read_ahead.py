@@ -63,6 +63,8 @@ import numpy as np
 
 from grain_dataset._common._errors import OutOfRangeError
 from grain_dataset._common._options import ReadOptions
+from grain_dataset._common._row_stack import RowStack
+from grain_dataset._common._tree import stack
 from grain_dataset._core._base import DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._core._stage import upstream
 from grain_dataset._core._state import check_state
@@ -105,21 +107,18 @@ _BATCH_MISSES = 8
 # A first chunk still running after this long is costly: a second reader starts at once
 # (see `_WidthTuner.widen_at_start`), unless the readers hold the GIL.
 _START_WIDEN_S = _TARGET_CHUNK_S
-# How long the consumer may take to get the GIL back, woken from that wait and after each
-# of _GIL_PROBES hand-offs (time.sleep(0)), and still count it as free: a reader running
-# Python keeps it for the interpreter's switch interval (5 ms), a reader in C code
-# (decoding) lets the consumer in within a fraction of a millisecond. (The wake-up alone
-# is not enough: another thread of the process that runs now and then, a test runner's,
-# hands the GIL round early.) Of these 1 + _GIL_PROBES returns, one may be late: a
-# machine busy with other work runs the consumer late now and then. With two late, the
-# tuner is told (`_WidthTuner.gil_free_seen`); three, and the reader holds the GIL.
+# How long the consumer may take to get the GIL back after each of _GIL_PROBES hand-offs
+# (time.sleep(0)) and still count it as free: a reader running Python keeps it for the
+# interpreter's switch interval (5 ms), a reader in C code (decoding) lets the consumer
+# in within a fraction of a millisecond. All of them back at once: a second reader now;
+# one late: the tuner is told (`_WidthTuner.gil_free_seen`); two, and the reader holds it.
 _GIL_FREE_LATENESS_S = 0.001
 _GIL_PROBES = 3
-# The CPU the reader must have used during that wait, as a share of it, to count as
-# computing: a reader that waits (I/O, a sleep) uses next to none and is left to the
-# tuner, which first tries such cheap elements in the consumer's own thread. A quarter,
-# not more: on a machine still busy with other work (the readers of an iterator just
-# closed finish their chunks) a computing reader gets a part of a core.
+# The CPU the reader must have used during that wait (and during the hand-offs), as a
+# share of it, to count as computing: a reader that waits (I/O, a sleep) uses next to
+# none and is left to the tuner, which first tries such cheap elements in the consumer's
+# own thread. A quarter, not more: on a machine busy with other work (the readers of an
+# iterator just closed finish their chunks) a computing reader gets a part of a core.
 _COMPUTING_SHARE = 0.25
 
 
@@ -174,7 +173,10 @@ def _read_chunk(
 
     Batching here, in the reader, moves the copy of every element into the
     batch off the consumer's thread; a batch_fn that fails leaves the batch to
-    the consumer, which meets the same error where it would have.
+    the consumer, which meets the same error where it would have. With the
+    default batch_fn the chunk is read a megabyte at a time and each element's
+    large arrays are copied into the batch as they come (`RowStack`); the
+    elements returned then hold views of the batch's rows.
 
     When the one vectorized read fails, the chunk is read again element by
     element to find where: the elements before the failing one are returned
@@ -184,32 +186,72 @@ def _read_chunk(
     and nothing of the chunk is lost.
     """
     cpu, wall = time.thread_time(), time.perf_counter()
+    if batch_fn is stack and stop - start > 1:
+        values, error, batch = _read_stacked(dataset, start, stop, one_by_one)
+    else:
+        values, error = _read_values(dataset, start, stop, one_by_one)
+        batch = None
+        whole = error is None and len(values) == stop - start
+        if batch_fn is not None and whole and all(value is not None for value in values):
+            try:
+                batch = batch_fn(values)
+            except Exception:
+                batch = None
+    return values, error, time.thread_time() - cpu, time.perf_counter() - wall, batch
+
+
+def _read_values(
+    dataset: MapDataset[Any], start: int, stop: int, one_by_one: bool
+) -> tuple[list[Any], Exception | None]:
+    """Elements [start, stop) and the error that stopped them (see `_read_chunk`)."""
     error: Exception | None = None
     try:
         if one_by_one and stop - start == 1:  # large elements, one per chunk: no arrays
-            values = [dataset._getitem(start)]
-        else:
-            values = dataset._getitems(np.arange(start, stop, dtype=np.int64))
+            return [dataset._getitem(start)], None
+        return dataset._getitems(np.arange(start, stop, dtype=np.int64)), None
     except Exception as first_error:
         error = first_error
-    if error is not None:
-        # Outside the except block: the error found below must not chain the first one.
-        values = []
-        for index in range(start, stop):
-            try:
-                values.append(dataset._getitem(index))
-            except Exception as element_error:
-                times = time.thread_time() - cpu, time.perf_counter() - wall
-                return values, element_error, *times, None
-        values = []
-    batch = None
-    whole = error is None and len(values) == stop - start
-    if batch_fn is not None and whole and all(value is not None for value in values):
+    # Outside the except block: the error found below must not chain the first one.
+    values = []
+    for index in range(start, stop):
         try:
-            batch = batch_fn(values)
+            values.append(dataset._getitem(index))
+        except Exception as element_error:
+            return values, element_error
+    return [], error
+
+
+def _read_stacked(
+    dataset: MapDataset[Any], start: int, stop: int, one_by_one: bool
+) -> tuple[list[Any], Exception | None, Any]:
+    """`_read_values` and `stack` of them, each element's rows copied in as it comes.
+
+    Read a first element, then about `_MAX_CHUNK_BYTES` at a time: the elements
+    of one read are still in cache when they are copied, and their memory is
+    free for the next read.
+    """
+    rows = RowStack(stop - start)
+    position, step = start, 1
+    while position < stop:
+        end = min(stop, position + step)
+        values, error = _read_values(dataset, position, end, one_by_one)
+        for value in values:
+            rows.add(value)
+        if error is not None:
+            return rows.elements(), error, None
+        position = end
+        if rows.stacking and rows.row_bytes:
+            step = max(1, _MAX_CHUNK_BYTES // rows.row_bytes)
+        else:  # no large arrays (or a None): the rest in one read, stacked at the end
+            step = stop - position
+    values = rows.elements()
+    batch = None
+    if all(value is not None for value in values):
+        try:
+            batch = rows.result()
         except Exception:
             batch = None
-    return values, error, time.thread_time() - cpu, time.perf_counter() - wall, batch
+    return values, None, batch
 
 
 def _nbytes(value: Any, depth: int = 0) -> int:
@@ -635,12 +677,16 @@ class _PrefetchIterator(DatasetIterator[Any]):
         """While the first chunk runs: a second reader if it is costly and the GIL is free.
 
         The wait for the chunk doubles as the probe: a reader in Python code holds
-        the GIL, and the consumer, woken from its timed wait and after each hand-off
-        of the GIL, gets it back a switch interval late. One late return is
-        forgiven (a busy machine may run the consumer late once); a reader holding
-        the GIL makes every one late. With two, the tuner tries a second reader
-        before reading inline. The reader's CPU is its own thread's clock,
-        where the platform has one, so other threads of the process do not count.
+        the GIL, so the consumer, after each hand-off of the GIL (`time.sleep(0)`),
+        gets it back a switch interval late; a reader in C code (decoding) lets it in
+        at once, and keeps computing meanwhile. A second reader starts if every
+        hand-off came back at once while the reader computed; with one late, the
+        tuner is told to try a second reader before reading inline. (The wake-up
+        from the wait is not a probe: a busy machine makes it late now and then,
+        and a reader the machine has stopped (other processes run) leaves the GIL
+        free: hence the reader's CPU during the hand-offs.) The reader's CPU is
+        its own thread's clock, where the platform has one, so other threads of
+        the process do not count.
         """
         assert self._pool is not None
         assert self._tuner is not None
@@ -652,23 +698,25 @@ class _PrefetchIterator(DatasetIterator[Any]):
         except TimeoutError:
             cpu = clock() - cpu
             waited = time.perf_counter() - began
-        late = int(waited - _START_WIDEN_S >= _GIL_FREE_LATENESS_S)
+        computing = cpu >= _COMPUTING_SHARE * waited
+        if not computing:
+            return  # a reader that waits (I/O): the tuner's
+        late, probes, probes_cpu = 0, 0.0, clock()
         for _ in range(_GIL_PROBES):
-            if late > 2:
-                return  # the reader holds the GIL: a second one would only share it
             began = time.perf_counter()
             time.sleep(0)  # lets go of the GIL and takes it back
-            late += time.perf_counter() - began >= _GIL_FREE_LATENESS_S
+            took = time.perf_counter() - began
+            probes += took
+            late += took >= _GIL_FREE_LATENESS_S
+            if late > 1:
+                return  # the reader holds the GIL: a second one would only share it
+        running = clock() - probes_cpu >= _COMPUTING_SHARE * probes
         tuner = self._tuner
-        computing = cpu >= _COMPUTING_SHARE * waited
-        if late == 2:
-            # Half of the returns late: Python code between the calls that release the
-            # GIL, or a machine running the consumer late. Not enough to widen now; the
-            # tuner tries a second reader before reading inline, and the rate decides.
-            tuner.gil_free_seen = computing
+        if late or not running:
+            tuner.gil_free_seen = True  # not enough to widen now: the tuner tries it
             return
         tuner.in_flight = len(self._pending)
-        if late <= 1 and computing and tuner.widen_at_start():
+        if tuner.widen_at_start():
             self._submit()
 
     def _interrupt(self) -> tuple[()]:
