@@ -74,7 +74,7 @@ class RowStack:
         self._count = 0
         self._rows: dict[Any, np.ndarray] = {}  # child key (None: the element) -> the batch
         # The first element's structure (not the element: its arrays are not kept).
-        self._kind: type | None = None
+        self._kind: Any = None  # np.ndarray, dict, tuple or list
         self._keys: list[Any] = []
         self._skeletons: list[Any] = []  # the elements with their rows taken out
         self._values: list[Any] | None = None  # set once rows are given up: plain elements
@@ -88,8 +88,7 @@ class RowStack:
             self._values = [value]
             return
         if self._count >= self._size or not self._fits(value):
-            self._give_up()
-            self._values.append(value)  # type: ignore[union-attr]
+            self._give_up().append(value)
             return
         index = self._count
         rows = self._rows
@@ -159,9 +158,11 @@ class RowStack:
             out.append(tuple(element) if self._kind is tuple else element)
         return out
 
-    def _give_up(self) -> None:
-        self._values = self._elements()
+    def _give_up(self) -> list[Any]:
+        """Stops stacking ahead: the elements so far, kept from now on for `stack`."""
+        values = self._values = self._elements()
         self._rows, self._skeletons = {}, []
+        return values
 
     @property
     def stacking(self) -> bool:
