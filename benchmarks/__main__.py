@@ -263,6 +263,12 @@ KNOWN: dict[str, str] = {
         "the plain loop varies 1 100-2 800 batches/s from run to run on this VM; the "
         "target was met in two of three runs (README: device_put.py)"
     ),
+    "jpeg/*batch_w0_t2@t0": (
+        "0 threads stack as the elements come since this target was set (1.2x upstream's "
+        "0 threads); 2 threads match plain threads without grain in the same run, and "
+        "the 2-core VM's CPU per image moves by 12% from process to process "
+        "(README: jpeg.py)"
+    ),
     "freethreaded/*": (
         "2 cores shared with whatever else runs: worker threads scale only on free cores; "
         "see the CPU ms per element in the script's lines (README: freethreaded.py)"
