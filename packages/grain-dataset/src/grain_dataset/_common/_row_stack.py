@@ -22,6 +22,7 @@ copied given back as views of them: the same result, or the same error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ from grain_dataset._common._tree import stack
 # Arrays smaller than this are left to `stack`: the copy of each row by itself costs
 # more than the cache it saves.
 MIN_ROW_BYTES = 1 << 16
+# The bytes of rows read at once by `read_stacked`: a few images, still in cache.
+READ_BYTES = 1 << 20
 _ROW_KINDS = frozenset("biufc")
 
 
@@ -58,12 +61,42 @@ def _keys_of(value: Any) -> list[Any] | None:
     return None
 
 
-def has_rows(value: Any) -> bool:
-    """Whether `RowStack` would copy some of `value`'s arrays into the batch as it comes."""
+def _row_keys(value: Any) -> tuple[list[Any], list[Any]]:
+    """`value`'s children that may be rows (see `_keys_of`, [] if none) and those that are."""
     keys = _keys_of(value)
     if keys is None:
-        return False
-    return any(_row_leaf(value if key is None else value[key]) for key in keys)
+        return [], []
+    return keys, [key for key in keys if _row_leaf(value if key is None else value[key])]
+
+
+def has_rows(value: Any) -> bool:
+    """Whether `RowStack` would copy some of `value`'s arrays into the batch as it comes."""
+    return bool(_row_keys(value)[1])
+
+
+def read_stacked(
+    rows: RowStack, start: int, stop: int, read: Callable[[int, int], tuple[list[Any], Any]]
+) -> Any:
+    """Adds the elements of positions [start, stop) to `rows`, read by ``read(a, b)``.
+
+    ``read`` returns the elements of [a, b) it has and the error that stopped it
+    (or None). A first element alone, then about `READ_BYTES` of rows at a time:
+    the elements of one read are still in cache when they are copied, and their
+    memory is free for the next; elements without rows, the rest in one read.
+    Returns the first error, with the elements before it added.
+    """
+    position, step = start, 1
+    while position < stop:
+        end = min(stop, position + step)
+        values, error = read(position, end)
+        for value in values:
+            rows.add(value)
+        if error is not None:
+            return error
+        position = end
+        if len(rows):  # nothing yet (all filtered): one more element
+            step = max(1, READ_BYTES // rows.row_bytes) if rows.stacking else stop - position
+    return None
 
 
 class RowStack:
@@ -105,20 +138,14 @@ class RowStack:
 
     def _start(self, first: Any) -> bool:
         """Allocates the batch's rows after the first element; False if it has none."""
-        keys = _keys_of(first)
-        if keys is None:
-            return False
-        leaves = {key: first if key is None else first[key] for key in keys}
-        row_keys = [key for key, leaf in leaves.items() if _row_leaf(leaf)]
+        keys, row_keys = _row_keys(first)
         if not row_keys:
             return False
         self._kind, self._keys = type(first), keys
         for key in row_keys:
-            leaf = leaves[key]
+            leaf = first if key is None else first[key]
             shape = (self._size, *leaf.shape)
-            batch = None
-            if _batch_memory.allocator is not None:  # a worker's shared memory
-                batch = _batch_memory.allocate(shape, leaf.dtype)
+            batch = _batch_memory.allocate(shape, leaf.dtype)  # a worker's shared memory
             self._rows[key] = np.empty(shape, leaf.dtype) if batch is None else batch
         return True
 
@@ -143,8 +170,8 @@ class RowStack:
                 return False
         return True
 
-    def _elements(self) -> list[Any]:
-        """The elements added so far, their rows as views of the batch."""
+    def elements(self) -> list[Any]:
+        """The elements added, in order (rows copied ahead are views of the batch)."""
         if self._values is not None:
             return self._values
         out = []
@@ -160,7 +187,7 @@ class RowStack:
 
     def _give_up(self) -> list[Any]:
         """Stops stacking ahead: the elements so far, kept from now on for `stack`."""
-        values = self._values = self._elements()
+        values = self._values = self.elements()
         self._rows, self._skeletons = {}, []
         return values
 
@@ -179,10 +206,6 @@ class RowStack:
     def __len__(self) -> int:
         return self._count if self._values is None else len(self._values)
 
-    def elements(self) -> list[Any]:
-        """The elements added, in order (rows copied ahead are views of the batch)."""
-        return self._elements()
-
     def result(self) -> Any:
         """The batch: ``stack`` of the elements added, exactly (or its error)."""
         if self._values is None and self._count < self._size:
@@ -194,7 +217,7 @@ class RowStack:
         try:  # the children that are not rows (None where they are)
             rest = stack(self._skeletons)
         except ValueError:
-            return stack(self._elements())  # the error that names the elements as they are
+            return stack(self.elements())  # the error that names the elements as they are
         if self._kind is dict:
             for key, batch in self._rows.items():
                 rest[key] = batch

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from grain_dataset._common._errors import note_stage
-from grain_dataset._common._row_stack import RowStack, has_rows
+from grain_dataset._common._row_stack import RowStack, has_rows, read_stacked
 from grain_dataset._common._tree import stack
 from grain_dataset._core._base import INFINITE, IterDataset, MapDataset, register
 from grain_dataset._core._iter_stage import IterStage, StageIterator, iterator_of
@@ -25,9 +25,6 @@ from grain_dataset._core._stage import MapStage, epochs_of, fits_int64, is_infin
 from grain_dataset._map_stages._gather import split
 from grain_dataset._runtime._fingerprint import token
 from grain_index import checks
-
-# The bytes of large arrays read at once when stacking as read: a few images stay in cache.
-_ROWS_READ_BYTES = 1 << 20
 
 
 def _batch_options(stage: Any, batch_size: Any, drop_remainder: Any, batch_fn: Any) -> None:
@@ -151,24 +148,25 @@ class BatchMapDataset(MapStage):
 
     def _read(self, start: int, stop: int) -> list[Any]:
         values = self._parent._getitems(np.arange(start, stop, dtype=np.int64))
+        self._decide_rows(values)
+        return values
+
+    def _decide_rows(self, values: list[Any]) -> None:
+        """Decides `_rows` from the first element read, unless it is decided."""
         if self._rows is None:
             first = next((value for value in values if value is not None), None)
             self._rows = first is not None and has_rows(first)
-        return values
 
     def _stacked_as_read(self, start: int, stop: int) -> Any:
         """`_combine` of the parent's [start, stop), its elements' rows copied in as read."""
+
+        def read(a: int, b: int) -> tuple[list[Any], None]:
+            values = self._parent._getitems(np.arange(a, b, dtype=np.int64))
+            # Filtered positions are left out of their batch.
+            return [value for value in values if value is not None], None
+
         rows = RowStack(stop - start)
-        position, step = start, 1
-        while position < stop:
-            end = min(stop, position + step)
-            for value in self._parent._getitems(np.arange(position, end, dtype=np.int64)):
-                if value is not None:  # filtered positions are left out of their batch
-                    rows.add(value)
-            position = end
-            if len(rows):  # no large arrays after all: the rest in one read
-                step = _ROWS_READ_BYTES // rows.row_bytes if rows.stacking else stop - position
-                step = max(1, step)
+        read_stacked(rows, start, stop, read)
         if not len(rows):
             return None
         try:
@@ -204,9 +202,7 @@ class BatchMapDataset(MapStage):
             if stacked is not NotImplemented:
                 return split(stacked, bounds)
         values = self._parent._getitems(parent_indices)
-        if self._rows is None:
-            first = next((value for value in values if value is not None), None)
-            self._rows = first is not None and has_rows(first)
+        self._decide_rows(values)
         return [self._combine(values[bounds[k] : bounds[k + 1]]) for k in range(len(indices))]
 
     def _describe(self) -> str:

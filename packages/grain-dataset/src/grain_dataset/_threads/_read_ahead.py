@@ -63,7 +63,7 @@ import numpy as np
 
 from grain_dataset._common._errors import OutOfRangeError
 from grain_dataset._common._options import ReadOptions
-from grain_dataset._common._row_stack import RowStack
+from grain_dataset._common._row_stack import RowStack, read_stacked
 from grain_dataset._common._tree import stack
 from grain_dataset._core._base import DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._core._stage import upstream
@@ -224,27 +224,12 @@ def _read_values(
 def _read_stacked(
     dataset: MapDataset[Any], start: int, stop: int, one_by_one: bool
 ) -> tuple[list[Any], Exception | None, Any]:
-    """`_read_values` and `stack` of them, each element's rows copied in as it comes.
-
-    Read a first element, then about `_MAX_CHUNK_BYTES` at a time: the elements
-    of one read are still in cache when they are copied, and their memory is
-    free for the next read.
-    """
+    """`_read_values` and `stack` of them, each element's rows copied in as it comes."""
     rows = RowStack(stop - start)
-    position, step = start, 1
-    while position < stop:
-        end = min(stop, position + step)
-        values, error = _read_values(dataset, position, end, one_by_one)
-        for value in values:
-            rows.add(value)
-        if error is not None:
-            return rows.elements(), error, None
-        position = end
-        if rows.stacking and rows.row_bytes:
-            step = max(1, _MAX_CHUNK_BYTES // rows.row_bytes)
-        else:  # no large arrays (or a None): the rest in one read, stacked at the end
-            step = stop - position
+    error = read_stacked(rows, start, stop, lambda a, b: _read_values(dataset, a, b, one_by_one))
     values = rows.elements()
+    if error is not None:
+        return values, error, None
     batch = None
     if all(value is not None for value in values):
         try:
