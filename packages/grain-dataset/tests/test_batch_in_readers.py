@@ -10,6 +10,7 @@ realignment after filtered positions.
 """
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -124,13 +125,40 @@ def test_the_readers_stack_the_batches():
     previous = batch_allocator()
     set_batch_allocator(allocator)
     try:
-        batches = list(_pipeline(64, 8, threads=2))
+        it = iter(_pipeline(64, 8, threads=2))
+        it._parent._tuner._inline_wait = 10**6  # threads throughout, not the consumer's
+        batches = list(it)
     finally:
         set_batch_allocator(previous)
     assert len(batches) == 8
     # Each batch's image (the leaf of a plain dtype that the allocator is asked for),
-    # the first batch's too: the consumer asks for whole batches from its first call.
+    # once for all of its chunks, the first batch's too: the consumer asks for whole
+    # batches from its first call.
     assert stacked_in == ["grain-read"] * 8
+
+
+def test_a_batch_is_spread_over_the_readers():
+    # Elements that wait (I/O): a batch's chunks are read by several threads at once,
+    # each copying its elements into the batch's rows, instead of a batch per thread.
+    readers = {}
+    lock = threading.Lock()
+
+    def element(i):
+        time.sleep(0.002)
+        with lock:
+            readers[i] = threading.current_thread().ident
+        return _element(i)
+
+    ds = gd.MapDataset.range(64 * 6).map(element)
+    it = iter(ds.to_iter_dataset(gd.ReadOptions(num_threads=8)).batch(64))
+    batches = list(it)
+    assert len(batches) == 6
+    _assert_same(
+        batches, [stack([_element(i) for i in range(b, b + 64)]) for b in range(0, 384, 64)]
+    )
+    assert it._parent._batch_size == 64  # taken whole, not batched by the consumer
+    spread = [len({readers[i] for i in range(b, b + 64)}) for b in range(0, 384, 64)]
+    assert max(spread[1:]) >= 3, spread
 
 
 def test_a_filtered_position_realigns_the_batches():
@@ -188,15 +216,15 @@ def test_a_batch_taken_whole_holds_no_element_alive_in_the_iterator():
     alive = {}
 
     def element(i):
-        image = np.full((256, 256, 3), i % 256, np.uint8).view(_Tracked)
-        alive[i] = weakref.ref(image)
-        return image
+        tracked = np.full((256, 256, 3), i % 256, np.uint8).view(_Tracked)
+        alive[i] = weakref.ref(tracked)
+        return np.asarray(tracked)  # a plain ndarray (rows to stack) that keeps `tracked`
 
     ds = gd.MapDataset.range(64).map(element)
     ds = ds.to_iter_dataset(gd.ReadOptions(num_threads=2, prefetch_buffer_size=16)).batch(8)
     it = iter(ds)
     first = next(it)
-    assert it._parent._batch_size == 8  # read whole, stacked by a reader
+    assert it._parent._batch_size == 8  # taken whole, stacked by the readers
     gc.collect()
     # The batch holds copies: the eight elements themselves are gone, not kept by the
     # iterator until the next chunk (a batch of memory more at the consumer's side).

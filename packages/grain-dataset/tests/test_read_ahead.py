@@ -541,8 +541,12 @@ def test_the_first_batch_costs_one_batch(num_threads):
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads)))
     first = next(it)
     assert first.tolist() == list(range(32))
-    time.sleep(0.1)  # what the readers do meanwhile counts too
+    # One batch, and with threads a second begun beside it: a first chunk that waits
+    # (I/O) gets a second reader, not 16 batches at once.
     assert len(calls) <= 2 * 32
+    time.sleep(0.1)  # what the readers do meanwhile counts too
+    # Batches of 64 ms: with two readers, about three more each.
+    assert len(calls) <= (8 if num_threads else 2) * 32
     it.close()
 
 
@@ -669,12 +673,22 @@ def test_a_costly_first_element_in_python_is_read_alone():
     assert not any(_first_chunk_overlapped(python=True) for _ in range(3))
 
 
-def test_a_costly_first_element_that_waits_is_left_to_the_tuner():
-    # A reader that waits (I/O, here a sleep) uses no core: such elements go to the
-    # tuner, which tries them in the consumer's thread first.
+def test_a_costly_first_element_that_waits_gets_a_second_reader_beside_it():
+    # A reader that waits (I/O, here a sleep) uses no core, and neither would a second
+    # one: it starts while the first waits, not a window of chunks later.
     log = []
     ds = MapDataset.range(50).map(lambda x: (time.sleep(0.06 if x == 0 else 0.001), x)[1])
     it = iter(ds.map(lambda x: log.append(x) or x).to_iter_dataset(ReadOptions(num_threads=4)))
+    assert next(it) == 0
+    assert it._tuner.width == 2
+    assert 1 in log  # read beside the first element
+    it.close()
+
+
+def test_a_costly_first_element_that_waits_keeps_one_reader_where_one_thread_is_allowed():
+    log = []
+    ds = MapDataset.range(50).map(lambda x: (time.sleep(0.06 if x == 0 else 0.001), x)[1])
+    it = iter(ds.map(lambda x: log.append(x) or x).to_iter_dataset(ReadOptions(num_threads=1)))
     assert next(it) == 0
     assert log == [0]  # nothing read beside the first element
     it.close()
@@ -694,7 +708,7 @@ def test_readers_start_their_next_chunk_without_waiting_for_the_consumer():
         assert next(it) == x
     assert len(it._pending) == _QUEUED_PER_READER
     time.sleep(0.3)  # the consumer is away: the reader goes on through its queue
-    assert all(future.done() for _, _, future in it._pending)
+    assert all(future.done() for _, _, future, _ in it._pending)
     read = len(log)
     assert [next(it) for _ in range(read - 20)] == list(range(20, read))
     it.close()

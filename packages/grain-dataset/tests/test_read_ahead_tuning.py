@@ -67,6 +67,18 @@ def test_width_grows_while_more_width_reads_faster(clock):
     assert widths[-1] == 16
 
 
+def test_elements_that_wait_a_millisecond_double_and_are_never_read_inline(clock):
+    tuner = _read_ahead._WidthTuner(max_width=16, cores=2)
+    widths = []
+    for _ in range(40):
+        # A thousand positions a second per reader: each waits a millisecond, using
+        # little CPU; reading inline would only wait alone.
+        run_window(tuner, clock, waiting(tuner.width, per_thread=1.0), starved=True, busy=0.1)
+        widths.append(tuner.width)
+    assert widths[:4] == [2, 4, 8, 16]
+    assert set(widths[4:]) == {16}
+
+
 def test_computation_bound_readers_grow_to_the_cores_and_no_further(clock):
     tuner = _read_ahead._WidthTuner(max_width=16, cores=4)
     widths = []

@@ -136,6 +136,78 @@ def test_the_batch_is_stack_of_the_elements_whatever_they_are(
                 np.testing.assert_array_equal(element, value)
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    kind=st.sampled_from(_KINDS),
+    cuts=st.lists(st.integers(1, 4), min_size=1, max_size=4),
+    short=st.booleans(),
+    odd_at=st.integers(0, 12),
+    odd=st.sampled_from(["shape", "dtype", "layout", "none", "key", "leaf", None]),
+    order=st.randoms(use_true_random=False),
+)
+def test_a_batch_filled_in_parts_by_threads_is_stack_of_the_elements(
+    kind, cuts, short, odd_at, odd, order
+):
+    # Parts of one batch (`SharedRows`), each filled by its own thread, in any order:
+    # whichever part's first element comes first decides the rows.
+    size = sum(cuts)
+    values = [_element(kind, i, odd if i == odd_at else None) for i in range(size)]
+    shared = _row_stack.SharedRows(size)
+    parts, offset = [], 0
+    for cut in cuts:
+        parts.append((RowStack(cut, shared, offset), values[offset : offset + cut]))
+        offset += cut
+    if short:  # the last part ends early (the end of the epoch)
+        parts[-1] = (parts[-1][0], parts[-1][1][:-1])
+    added = [value for _, part_values in parts for value in part_values]
+    threads = [
+        threading.Thread(target=lambda r=rows, v=part_values: [r.add(x) for x in v])
+        for rows, part_values in parts
+    ]
+    order.shuffle(threads)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    if not short and (odd is None or odd_at >= size):
+        assert all(rows.whole for rows, _ in parts)  # the path under test
+    got = _outcome(lambda: _row_stack.batch_of([rows for rows, _ in parts]))
+    want = _outcome(lambda: stack(added))
+    assert got[0] == want[0], (got, want)
+    if got[0] == "ok":
+        _same(got[1], want[1])
+    else:
+        assert got[1] == want[1]
+    elements = [element for rows, _ in parts for element in rows.elements()]
+    assert len(elements) == len(added)
+    for element, value in zip(elements, added, strict=True):
+        if value is not None and odd != "layout":
+            _same(element, value)
+
+
+def test_parts_of_a_batch_write_one_allocation():
+    handed_out = []
+
+    def allocator(shape, dtype):
+        handed_out.append(np.empty(shape, dtype))
+        return handed_out[-1]
+
+    previous = set_batch_allocator(allocator)
+    try:
+        shared = _row_stack.SharedRows(6)
+        parts = [RowStack(2, shared, offset) for offset in (0, 2, 4)]
+        for offset in (4, 0, 2):  # the last part first: it allocates the batch
+            for i in range(offset, offset + 2):
+                parts[offset // 2].add({"image": _image(i), "label": i})
+        batch = _row_stack.batch_of(parts)
+    finally:
+        set_batch_allocator(previous)
+    assert len(handed_out) == 1
+    assert batch["image"] is handed_out[0]
+    np.testing.assert_array_equal(batch["image"], np.stack([_image(i) for i in range(6)]))
+    assert batch["label"].tolist() == list(range(6))
+
+
 def test_large_arrays_are_copied_as_they_come_and_not_kept():
     import sys
 

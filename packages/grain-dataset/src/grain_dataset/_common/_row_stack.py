@@ -22,6 +22,7 @@ copied given back as views of them: the same result, or the same error.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -99,67 +100,60 @@ def read_stacked(
     return None
 
 
-class RowStack:
-    """A batch of up to `size` elements, built with ``add`` and finished by ``result``."""
+class SharedRows:
+    """The rows of one batch of `size` elements, filled by one `RowStack` or by several.
+
+    Several readers may each fill a part of the same batch (``RowStack(n,
+    shared, offset)``), so that a batch is spread over as many threads as read:
+    the first element any of them adds decides the rows and allocates them, and
+    every other element must fit them. Anything that does not marks the batch
+    failed (`failed`): its parts are then stacked from their elements (`batch_of`).
+    """
 
     def __init__(self, size: int):
-        self._size = size
-        self._count = 0
-        self._rows: dict[Any, np.ndarray] = {}  # child key (None: the element) -> the batch
-        # The first element's structure (not the element: its arrays are not kept).
-        self._kind: Any = None  # np.ndarray, dict, tuple or list
-        self._keys: list[Any] = []
-        self._skeletons: list[Any] = []  # the elements with their rows taken out
-        self._values: list[Any] | None = None  # set once rows are given up: plain elements
+        self.size = size
+        self.failed = False
+        self._lock = threading.Lock()
+        self._decided = False
+        # Set once, under the lock, by the first element; read-only after.
+        self.kind: Any = None  # np.ndarray, dict, tuple or list
+        self.keys: list[Any] = []
+        self.rows: dict[Any, np.ndarray] = {}  # child key (None: the element) -> the batch
 
-    def add(self, value: Any) -> None:
-        """Adds the next element: its rows are copied into the batch now, if it has them."""
-        if self._values is not None:
-            self._values.append(value)
-            return
-        if self._count == 0 and not self._start(value):
-            self._values = [value]
-            return
-        if self._count >= self._size or not self._fits(value):
-            self._give_up().append(value)
-            return
-        index = self._count
-        rows = self._rows
-        if self._kind is np.ndarray:
-            rows[None][index] = value
-            self._skeletons.append(None)
-        else:
-            skeleton = dict(value) if self._kind is dict else list(value)
-            for key, batch in rows.items():
-                batch[index] = value[key]
-                skeleton[key] = None
-            self._skeletons.append(skeleton)
-        self._count = index + 1
+    def start(self, first: Any) -> bool:
+        """Whether a part's first element has rows: the batch's, allocated by the first."""
+        with self._lock:
+            if self.failed:
+                return False
+            if not self._decided:
+                keys, row_keys = _row_keys(first)
+                if not row_keys:
+                    self.failed = True
+                    return False
+                self.kind, self.keys = type(first), keys
+                for key in row_keys:
+                    leaf = first if key is None else first[key]
+                    shape = (self.size, *leaf.shape)
+                    batch = _batch_memory.allocate(shape, leaf.dtype)  # a worker's shared memory
+                    self.rows[key] = np.empty(shape, leaf.dtype) if batch is None else batch
+                self._decided = True
+                return True
+        if self.fits(first):
+            return True
+        self.failed = True
+        return False
 
-    def _start(self, first: Any) -> bool:
-        """Allocates the batch's rows after the first element; False if it has none."""
-        keys, row_keys = _row_keys(first)
-        if not row_keys:
-            return False
-        self._kind, self._keys = type(first), keys
-        for key in row_keys:
-            leaf = first if key is None else first[key]
-            shape = (self._size, *leaf.shape)
-            batch = _batch_memory.allocate(shape, leaf.dtype)  # a worker's shared memory
-            self._rows[key] = np.empty(shape, leaf.dtype) if batch is None else batch
-        return True
-
-    def _fits(self, value: Any) -> bool:
+    def fits(self, value: Any) -> bool:
         """Whether `value` has the first element's structure and rows of its shapes."""
-        keys = self._keys
-        if type(value) is not self._kind:
+        keys = self.keys
+        if type(value) is not self.kind:
             return False
-        if self._kind is dict:
+        if self.kind is dict:
             if len(value) != len(keys) or not all(key in value for key in keys):
                 return False
-        elif self._kind is not np.ndarray and len(value) != len(keys):
+        elif self.kind is not np.ndarray and len(value) != len(keys):
             return False
-        for key, batch in self._rows.items():
+        for key, batch in self.rows.items():
             leaf = value if key is None else value[key]
             if (
                 type(leaf) is not np.ndarray
@@ -170,25 +164,78 @@ class RowStack:
                 return False
         return True
 
+
+class RowStack:
+    """Up to `size` elements of a batch, built with ``add`` and finished by ``result``.
+
+    Alone, the whole batch. With `shared`, the part of a batch that starts at row
+    `offset` of it; `batch_of` then makes the batch from all of its parts.
+    """
+
+    def __init__(self, size: int, shared: SharedRows | None = None, offset: int = 0):
+        self._size = size
+        self._shared = SharedRows(size) if shared is None else shared
+        self._offset = offset
+        self._count = 0
+        self._skeletons: list[Any] = []  # the elements with their rows taken out
+        self._values: list[Any] | None = None  # set once rows are given up: plain elements
+
+    @property
+    def shared(self) -> SharedRows:
+        """The batch this fills (a part of)."""
+        return self._shared
+
+    @property
+    def offset(self) -> int:
+        """The batch's row of this part's first element."""
+        return self._offset
+
+    def add(self, value: Any) -> None:
+        """Adds the next element: its rows are copied into the batch now, if it has them."""
+        if self._values is not None:
+            self._values.append(value)
+            return
+        shared = self._shared
+        if self._count == 0 and not shared.start(value):
+            self._values = [value]
+            return
+        if self._count >= self._size or shared.failed or not shared.fits(value):
+            self._give_up().append(value)
+            return
+        index = self._offset + self._count
+        if shared.kind is np.ndarray:
+            shared.rows[None][index] = value
+            self._skeletons.append(None)
+        else:
+            skeleton = dict(value) if shared.kind is dict else list(value)
+            for key, batch in shared.rows.items():
+                batch[index] = value[key]
+                skeleton[key] = None
+            self._skeletons.append(skeleton)
+        self._count += 1
+
     def elements(self) -> list[Any]:
         """The elements added, in order (rows copied ahead are views of the batch)."""
         if self._values is not None:
             return self._values
+        shared, offset = self._shared, self._offset
+        kind = shared.kind
         out = []
-        for index, skeleton in enumerate(self._skeletons):
-            if self._kind is np.ndarray:
-                out.append(self._rows[None][index])
+        for index, skeleton in enumerate(self._skeletons, offset):
+            if kind is np.ndarray:
+                out.append(shared.rows[None][index])
                 continue
-            element = dict(skeleton) if self._kind is dict else list(skeleton)
-            for key, batch in self._rows.items():
+            element = dict(skeleton) if kind is dict else list(skeleton)
+            for key, batch in shared.rows.items():
                 element[key] = batch[index]
-            out.append(tuple(element) if self._kind is tuple else element)
+            out.append(tuple(element) if kind is tuple else element)
         return out
 
     def _give_up(self) -> list[Any]:
         """Stops stacking ahead: the elements so far, kept from now on for `stack`."""
         values = self._values = self.elements()
-        self._rows, self._skeletons = {}, []
+        self._skeletons = []
+        self._shared.failed = True
         return values
 
     @property
@@ -197,32 +244,52 @@ class RowStack:
         return self._values is None
 
     @property
+    def whole(self) -> bool:
+        """Whether all `size` elements were added, their rows copied in."""
+        return self._values is None and self._count == self._size and not self._shared.failed
+
+    @property
     def row_bytes(self) -> int:
         """The bytes an element's rows take in the batch (0 when not stacking)."""
         if self._values is not None:
             return 0
-        return sum(batch[0].nbytes for batch in self._rows.values())
+        return sum(batch[0].nbytes for batch in self._shared.rows.values())
 
     def __len__(self) -> int:
         return self._count if self._values is None else len(self._values)
 
     def result(self) -> Any:
         """The batch: ``stack`` of the elements added, exactly (or its error)."""
-        if self._values is None and self._count < self._size:
-            self._give_up()  # short: `stack` sizes the batch to what came
-        if self._values is not None:
-            return stack(self._values)
-        if self._kind is np.ndarray:
-            return self._rows[None]
-        try:  # the children that are not rows (None where they are)
-            rest = stack(self._skeletons)
-        except ValueError:
-            return stack(self.elements())  # the error that names the elements as they are
-        if self._kind is dict:
-            for key, batch in self._rows.items():
-                rest[key] = batch
-            return rest
-        children = list(rest)
-        for key, batch in self._rows.items():
-            children[key] = batch
-        return tuple(children) if self._kind is tuple else children
+        return batch_of([self])
+
+
+def batch_of(parts: list[RowStack]) -> Any:
+    """``stack`` of the elements of `parts` in order, exactly (or its error).
+
+    Taken from the rows where the parts fill their batch whole, in order;
+    otherwise (a part short or given up, the batch failed) from the elements.
+    """
+    shared = parts[0].shared
+    offset = 0
+    for part in parts:
+        if part.shared is not shared or part.offset != offset or not part.whole:
+            return stack([value for part in parts for value in part.elements()])
+        offset += len(part)
+    if offset != shared.size:
+        return stack([value for part in parts for value in part.elements()])
+    if shared.kind is np.ndarray:
+        return shared.rows[None]
+    skeletons = [skeleton for part in parts for skeleton in part._skeletons]
+    try:  # the children that are not rows (None where they are)
+        rest = stack(skeletons)
+    except ValueError:
+        # The error that names the elements as they are.
+        return stack([value for part in parts for value in part.elements()])
+    if shared.kind is dict:
+        for key, batch in shared.rows.items():
+            rest[key] = batch
+        return rest
+    children = list(rest)
+    for key, batch in shared.rows.items():
+        children[key] = batch
+    return tuple(children) if shared.kind is tuple else children

@@ -63,7 +63,7 @@ import numpy as np
 
 from grain_dataset._common._errors import OutOfRangeError
 from grain_dataset._common._options import ReadOptions
-from grain_dataset._common._row_stack import RowStack, read_stacked
+from grain_dataset._common._row_stack import RowStack, SharedRows, batch_of, read_stacked
 from grain_dataset._common._tree import stack
 from grain_dataset._core._base import DatasetIterator, IterDataset, MapDataset, register
 from grain_dataset._core._stage import upstream
@@ -94,6 +94,9 @@ _TUNE_WINDOW_S = 0.01
 _TUNE_LONG_WINDOW_S = 0.1
 _TUNE_PAUSE_WINDOWS = 32
 _TUNE_FIRST_PAUSE_WINDOWS = 4
+# The readers' time per element (their threads' wall time) from which elements that use
+# little CPU count as waiting (I/O), not as cheap: reading them inline is not tried.
+_WAITING_S = 0.0002
 # Elements that cost less CPU than 1/_CHEAP_CHUNK of a chunk's target count as cheap.
 _CHEAP_CHUNK = 2
 # Chunks queued per reader where chunks are short (their wall time under _SHORT_CHUNK_S):
@@ -101,12 +104,14 @@ _CHEAP_CHUNK = 2
 # once instead of waiting for the consumer to ask for it.
 _QUEUED_PER_READER = 2
 _SHORT_CHUNK_S = 0.02
-# Calls in a row that find no whole batch (filtered positions, every batch) after which
-# `_take_batch` stops reading batch-sized chunks.
+# Calls in a row that find no whole batch (filtered positions, every batch, or elements
+# without rows to stack ahead) after which `_take_batch` stops aligning chunks to batches.
 _BATCH_MISSES = 8
 # A first chunk still running after this long is costly: a second reader starts at once
 # (see `_WidthTuner.widen_at_start`), unless the readers hold the GIL.
 _START_WIDEN_S = _TARGET_CHUNK_S
+# The shortest wait before the probe: chunks of cheap elements (pure Python) end sooner.
+_MIN_PROBE_S = 0.001
 # How long the consumer may take to get the GIL back after each of _GIL_PROBES hand-offs
 # (time.sleep(0)) and still count it as free: a reader running Python keeps it for the
 # interpreter's switch interval (5 ms), a reader in C code (decoding) lets the consumer
@@ -166,17 +171,15 @@ def _read_chunk(
     start: int,
     stop: int,
     one_by_one: bool = False,
-    batch_fn: Callable[[list[Any]], Any] | None = None,
-) -> tuple[list[Any], Any, float, float, Any]:
-    """Elements [start, stop) of `dataset`, the error that stopped them, CPU and wall time,
-    and with `batch_fn` the elements batched (None unless all of them came, none None).
+    rows: RowStack | None = None,
+) -> tuple[list[Any], Any, float, float]:
+    """Elements [start, stop) of `dataset`, the error that stopped them, CPU and wall time.
 
-    Batching here, in the reader, moves the copy of every element into the
-    batch off the consumer's thread; a batch_fn that fails leaves the batch to
-    the consumer, which meets the same error where it would have. With the
-    default batch_fn the chunk is read a megabyte at a time and each element's
-    large arrays are copied into the batch as they come (`RowStack`); the
-    elements returned then hold views of the batch's rows.
+    With `rows` (a part of a batch that a batch stage takes whole, see
+    `_take_batch`) each element's large arrays are copied into the batch's rows
+    as they come, read a megabyte at a time (`read_stacked`), in the reader: the
+    consumer's thread no longer copies every element, and the elements returned
+    hold views of the rows.
 
     When the one vectorized read fails, the chunk is read again element by
     element to find where: the elements before the failing one are returned
@@ -186,18 +189,14 @@ def _read_chunk(
     and nothing of the chunk is lost.
     """
     cpu, wall = time.thread_time(), time.perf_counter()
-    if batch_fn is stack and stop - start > 1:
-        values, error, batch = _read_stacked(dataset, start, stop, one_by_one)
-    else:
+    if rows is None:
         values, error = _read_values(dataset, start, stop, one_by_one)
-        batch = None
-        whole = error is None and len(values) == stop - start
-        if batch_fn is not None and whole and all(value is not None for value in values):
-            try:
-                batch = batch_fn(values)
-            except Exception:
-                batch = None
-    return values, error, time.thread_time() - cpu, time.perf_counter() - wall, batch
+    else:
+        error = read_stacked(
+            rows, start, stop, lambda a, b: _read_values(dataset, a, b, one_by_one)
+        )
+        values = rows.elements()
+    return values, error, time.thread_time() - cpu, time.perf_counter() - wall
 
 
 def _read_values(
@@ -219,24 +218,6 @@ def _read_values(
         except Exception as element_error:
             return values, element_error
     return [], error
-
-
-def _read_stacked(
-    dataset: MapDataset[Any], start: int, stop: int, one_by_one: bool
-) -> tuple[list[Any], Exception | None, Any]:
-    """`_read_values` and `stack` of them, each element's rows copied in as it comes."""
-    rows = RowStack(stop - start)
-    error = read_stacked(rows, start, stop, lambda a, b: _read_values(dataset, a, b, one_by_one))
-    values = rows.elements()
-    if error is not None:
-        return values, error, None
-    batch = None
-    if all(value is not None for value in values):
-        try:
-            batch = rows.result()
-        except Exception:
-            batch = None
-    return values, None, batch
 
 
 def _nbytes(value: Any, depth: int = 0) -> int:
@@ -351,7 +332,8 @@ class _WidthTuner:
             or (self._chunks < _TUNE_CHUNKS and elapsed < _TUNE_LONG_WINDOW_S)
         ):
             return
-        rate = self._positions / elapsed
+        positions = self._positions
+        rate = positions / elapsed
         starved = self._waited > 0.2 * elapsed
         busy = self._cpu / elapsed  # cores the readers kept busy
         # Elements that cost a small part of a chunk's target (or wait, costing no
@@ -377,7 +359,11 @@ class _WidthTuner:
             self._try(min(2, self._max_width), rate)
         elif starved:
             wider = self._wider(busy)
-            inline = busy < 1.3 and not self._inline_wait
+            # Readers that keep a quarter of their threads busy or less, on elements that
+            # take them a fifth of a millisecond or more, wait (I/O): one reader inline
+            # would only wait alone. (Cheaper ones may be mostly hand-offs: inline may pay.)
+            waits = busy < 0.25 * self.width and self.width * elapsed >= positions * _WAITING_S
+            inline = busy < 1.3 and not self._inline_wait and not waits
             if inline and self.width == 1 and cheap and not self.gil_free_seen:
                 # One reader of cheap elements: reading inline is tried before a second
                 # reader. Costlier elements (an image to decode) try the second reader
@@ -480,16 +466,19 @@ class _PrefetchIterator(DatasetIterator[Any]):
             workers = self._ctx.worker_slice[1] if self._ctx.worker_slice else 1
             self._tuner = _WidthTuner(self._threads, max(1, _usable_cores() // workers))
         self._pool: DaemonPool | None = None
-        self._pending: collections.deque[tuple[int, int, Future]] = collections.deque()
+        # Chunks submitted: their positions, future and, for a part of a batch taken whole
+        # (`_take_batch`), the part's rows.
+        self._pending: collections.deque[tuple[int, int, Future, RowStack | None]] = (
+            collections.deque()
+        )
         self._in_flight = 0
         self._chunk = _FIRST_CHUNK
         self._element_bytes = 0  # of the last chunk's first element
+        self._element_wall = 0.0  # the wall time of an element of the last chunk
         self._queued = 1  # chunks per reader: _QUEUED_PER_READER once chunks prove short
-        # Batches read whole (`_take_batch`): their size and batch_fn once a batch stage
-        # asks (0 and None while chunks are of the tuned size); `_reset` sets the position
-        # their chunks align to.
+        # Batches taken whole (`_take_batch`): their size once a batch stage asks (0 while
+        # chunks are of the tuned size); `_reset` sets the position they align to.
         self._batch_size = 0
-        self._batch_fn: Callable[[list[Any]], Any] | None = None
         self._batch_misses = 0  # calls in a row that found no whole batch
         # Totals for `stats()`, kept per chunk so that recording costs nothing per
         # element: the consumer's time reading (no threads) or blocked on the
@@ -506,7 +495,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._read_pos = position  # the first position not yet asked for
         self._align = position  # batches read whole start here (see `_take_batch`)
         self._values: list[Any] = []
-        self._batch: Any = None  # the current chunk batched by its reader, if it was
+        self._rows: RowStack | None = None  # the current chunk's part of a batch, if one
+        self._filling: SharedRows | None = None  # the batch that `_submit` reads parts of
+        self._filling_start = -1  # its first position
         self._cursor = 0
         self._chunk_start = position
         self._error: BaseException | None = None
@@ -517,7 +508,7 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self._dropped_total = 0
 
     def _cancel_pending(self) -> None:
-        for _, _, future in self._pending:
+        for _, _, future, _ in self._pending:
             future.cancel()
         self._pending.clear()
         self._in_flight = 0
@@ -575,53 +566,68 @@ class _PrefetchIterator(DatasetIterator[Any]):
             wanted = self._chunk_size()
             size = min(wanted, limit - self._in_flight)
             if self._batch_size and size < wanted and self._pending:
-                break  # a whole batch does not fit yet: once the consumer takes one
+                break  # a part of a batch as tuned does not fit yet: once the consumer takes one
             start, stop = self._read_pos, self._read_pos + size
+            rows = self._part_of_batch(start, size) if self._batch_size else None
             future = self._pool.submit(
-                _read_chunk,
-                self._source,
-                start,
-                stop,
-                self._one_by_one,
-                self._batch_fn,
-                busy=width,
+                _read_chunk, self._source, start, stop, self._one_by_one, rows, busy=width
             )
-            self._pending.append((start, stop, future))
+            self._pending.append((start, stop, future, rows))
             self._in_flight += size
             self._read_pos = stop
 
+    def _part_of_batch(self, start: int, size: int) -> RowStack | None:
+        """The rows for chunk [start, start + size), a part of the batch that holds it.
+
+        None for the parts of a batch whose first part was read before the
+        batches were aligned here (after a filtered position): that batch comes
+        one by one anyway.
+        """
+        batch_size = self._batch_size
+        offset = (start - self._align) % batch_size
+        if offset == 0:
+            self._filling, self._filling_start = SharedRows(batch_size), start
+        elif self._filling is None or self._filling_start != start - offset:
+            return None
+        return RowStack(size, self._filling, offset)
+
     def _chunk_size(self) -> int:
-        """Positions of the next chunk: the tuned size, or up to the next batch's bound."""
+        """Positions of the next chunk: the tuned size, and with batches taken whole not
+        past the next batch's bound."""
         left = self._length - self._read_pos
         if self._batch_size:
-            return min(left, self._batch_size - (self._read_pos - self._align) % self._batch_size)
+            bound = self._batch_size - (self._read_pos - self._align) % self._batch_size
+            return min(left, self._chunk, bound)
         return min(left, self._chunk)
 
     def _take_batch(self, size: int, batch_fn: Callable[[list[Any]], Any]) -> Any:
-        """The next `size` elements batched by `batch_fn` in a reader, or None.
+        """The next `size` elements stacked (the default batch_fn) by the readers, or None.
 
-        A batch stage that batches this iterator's elements asks here first
-        (`grain_dataset._map_stages._batch`). From the first call on, chunks are
-        read whole batches at a time, aligned to the position of that call, and
-        batched by the reader that read them. None where the next elements are
-        not such a chunk: the stage then takes them one by one as before (the
-        first batch after a change of size, the end of the epoch, a chunk with a
-        filtered position, an error, a batch_fn that failed), and always
-        without threads. After a filtered position the chunks realign to where
-        the consumer stands; once a batch is taken its elements are let go.
+        A batch stage with the default batch_fn asks here first
+        (`grain_dataset._map_stages._batch`). From the first call on, chunks end
+        at the bounds of the batches, aligned to the position of that call, and
+        each chunk's reader copies its elements' large arrays into the batch's
+        rows as they come (`RowStack`): a batch is spread over the readers as
+        any chunks are, and the consumer's thread does not copy it. None where
+        the next elements are not such a batch: the stage then takes them one
+        by one as before (the first batch after a change of size, the end of the
+        epoch, a filtered position, an error, elements that do not stack ahead),
+        and always without threads. After a filtered position the batches
+        realign to where the consumer stands; once a batch is taken its
+        elements are let go.
         """
         if self._tuner is None:
-            # Read in the consumer's thread anyway: batch-sized chunks would save no copy
+            # Read in the consumer's thread anyway: a batch taken whole would save no copy
             # and hold a batch of elements more (the allocator then faults fresh pages in).
             return None
-        if self._chunk >= size or self._batch_misses >= _BATCH_MISSES:
-            # Cheap elements (their chunks grow past a batch: batch-sized chunks would
-            # cost more hand-offs than the copy saves), or filtered positions in batch
-            # after batch: chunks of the tuned size, and the consumer batches.
-            self._batch_size, self._batch_fn = 0, None
+        if batch_fn is not stack or self._chunk >= size or self._batch_misses >= _BATCH_MISSES:
+            # Cheap elements (their chunks grow past a batch: parts of batches would cost
+            # more hand-offs than the copy saves), or filtered positions or elements without
+            # rows in batch after batch: chunks of the tuned size, and the consumer batches.
+            self._batch_size = 0
             return None
-        if size != self._batch_size or batch_fn is not self._batch_fn:
-            self._batch_size, self._batch_fn, self._align = size, batch_fn, self._next
+        if size != self._batch_size:
+            self._batch_size, self._align, self._filling = size, self._next, None
         if self._error is not None:
             return None
         if self._cursor == len(self._values):
@@ -629,18 +635,43 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 self._count_filtered(len(self._values))
             if not self._next_chunk():
                 return None  # the end: the one-by-one path ends the epoch as it does
-        batch = self._batch
-        if self._cursor or batch is None or len(self._values) != size:
+        rows = self._rows
+        if self._cursor or rows is None or rows.offset or rows.shared.size != size:
             if (self._next - self._align) % size:
                 self._align = self._next  # a dropped position moved the batches' bounds
             self._batch_misses += 1
             return None
+        # The chunk is the batch's first part: the others are the chunks after it.
+        start, parts, values = self._chunk_start, [rows], list(self._values)
+        whole = rows.whole
+        while self._error is None and whole and len(values) < size:
+            if not self._next_chunk():
+                whole = False  # the end of the epoch: a short batch
+                break
+            values.extend(self._values)
+            part = self._rows
+            if part is None or part.shared is not rows.shared or not part.whole:
+                whole = False
+                break
+            parts.append(part)
+        batch = None
+        if whole and self._error is None and len(values) == size:
+            try:
+                batch = batch_of(parts)
+            except Exception:
+                batch = None  # the consumer meets the error where it would have
+        if batch is None:
+            # The parts read so far become one chunk, handed out one by one.
+            error = self._error
+            self._chunk_start, self._values, self._cursor = start, values, 0
+            self._rows, self._counted, self._error = None, 0, error
+            self._batch_misses += 1
+            return None
         self._batch_misses = 0
-        self._batch = None
         # The elements are in the batch now: let their memory go before the next chunk.
-        self._values = [None] * size
-        self._cursor = size
-        self._next = self._chunk_start + size
+        self._chunk_start, self._values, self._cursor = start, [None] * size, size
+        self._rows, self._counted = None, 0
+        self._next = start + size
         self._count_filtered(size)
         return batch
 
@@ -658,7 +689,19 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 continue
         raise closed_error(self)
 
-    def _widen_if_costly(self, future: Future) -> None:
+    def _probe_after(self, count: int) -> float:
+        """How long the start-up probe waits for a chunk of `count` elements before probing.
+
+        `_START_WIDEN_S`, or half the time the chunk should take from the chunk
+        before it, if shorter (not under `_MIN_PROBE_S`): elements that cost a
+        millisecond (a JPEG to decode) show what they are within the second chunk,
+        so the second reader starts then, not a window of chunks later.
+        """
+        if not self._element_wall:
+            return _START_WIDEN_S
+        return max(_MIN_PROBE_S, min(_START_WIDEN_S, 0.5 * count * self._element_wall))
+
+    def _widen_if_costly(self, future: Future, count: int) -> None:
         """While the first chunk runs: a second reader if it is costly and the GIL is free.
 
         The wait for the chunk doubles as the probe: a reader in Python code holds
@@ -675,17 +718,22 @@ class _PrefetchIterator(DatasetIterator[Any]):
         """
         assert self._pool is not None
         assert self._tuner is not None
+        tuner = self._tuner
         clock = self._pool.cpu_clock() or time.process_time
         began, cpu = time.perf_counter(), clock()
         try:
-            future.exception(_START_WIDEN_S)
+            future.exception(self._probe_after(count))
             return  # cheap: the tuner decides from its windows
         except TimeoutError:
             cpu = clock() - cpu
             waited = time.perf_counter() - began
         computing = cpu >= _COMPUTING_SHARE * waited
         if not computing:
-            return  # a reader that waits (I/O): the tuner's
+            # A reader that waits (I/O): a second one waits beside it.
+            tuner.in_flight = len(self._pending)
+            if tuner.widen_at_start():
+                self._submit()
+            return
         late, probes, probes_cpu = 0, 0.0, clock()
         for _ in range(_GIL_PROBES):
             began = time.perf_counter()
@@ -696,7 +744,6 @@ class _PrefetchIterator(DatasetIterator[Any]):
             if late > 1:
                 return  # the reader holds the GIL: a second one would only share it
         running = clock() - probes_cpu >= _COMPUTING_SHARE * probes
-        tuner = self._tuner
         if late or not running:
             tuner.gil_free_seen = True  # not enough to widen now: the tuner tries it
             return
@@ -719,8 +766,9 @@ class _PrefetchIterator(DatasetIterator[Any]):
                 return False
             start = self._read_pos
             stop = start + self._chunk_size()
-            values, error, cpu, wall, batch = _read_chunk(
-                self._source, start, stop, self._one_by_one, self._batch_fn
+            rows = self._part_of_batch(start, stop - start) if self._batch_size else None
+            values, error, cpu, wall = _read_chunk(
+                self._source, start, stop, self._one_by_one, rows
             )
             self.waited_s += wall
             self._read_pos = stop
@@ -731,15 +779,15 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._submit()
             if not self._pending:
                 return False
-            start, stop, future = self._pending[0]
+            start, stop, future, rows = self._pending[0]
             ready, began = future.done(), time.perf_counter()
             if not ready:
                 if tuner.at_start:
-                    self._widen_if_costly(future)
+                    self._widen_if_costly(future, stop - start)
                 self._wait(future)
             self._pending.popleft()
             self._in_flight -= stop - start
-            values, error, cpu, wall, batch = future.result()
+            values, error, cpu, wall = future.result()
             self._queued = _QUEUED_PER_READER if wall < _SHORT_CHUNK_S else 1
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
@@ -749,9 +797,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
         self.read_cpu_s += cpu
         if values:
             self._element_bytes = _element_bytes(values)
+        if values:
+            self._element_wall = wall / len(values)
         self._adapt(len(values), cpu, wall)
         self._chunk_start, self._values, self._cursor = start, values, 0
-        self._batch = batch
+        self._rows = rows
         self._counted = 0  # positions of this chunk given to the filter check
         self._error = error
         return True
