@@ -535,18 +535,28 @@ def _counting(calls, seconds=0.0, size=None):
 
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("num_threads", [0, 16])
-def test_the_first_batch_costs_one_batch(num_threads):
+def test_the_first_batch_costs_one_batch(monkeypatch, num_threads):
+    from grain_dataset._threads import _read_ahead
+
+    chunks, read_chunk = [], _read_ahead._read_chunk
+
+    def logged(dataset, start, stop, *args, **kwargs):
+        chunks.append((start, stop))
+        return read_chunk(dataset, start, stop, *args, **kwargs)
+
+    monkeypatch.setattr(_read_ahead, "_read_chunk", logged)
     calls = []
     ds = MapDataset.range(10_000).map(_counting(calls, 0.002)).batch(32)
     it = iter(ds.to_iter_dataset(ReadOptions(num_threads=num_threads)))
     first = next(it)
     assert first.tolist() == list(range(32))
-    # One batch, and with threads a second begun beside it: a first chunk that waits
-    # (I/O) gets a second reader, not 16 batches at once.
-    assert len(calls) <= 2 * 32
-    time.sleep(0.1)  # what the readers do meanwhile counts too
-    # Batches of 64 ms: with two readers, about three more each.
-    assert len(calls) <= (8 if num_threads else 2) * 32
+    # The first chunk is the first batch alone; with threads, batches that wait (I/O)
+    # are read beside it, one per reader, each a chunk of its own.
+    assert chunks[0] == (0, 1)
+    assert all(stop - start == 1 for start, stop in chunks)
+    if not num_threads:
+        time.sleep(0.1)  # nothing reads ahead without threads
+        assert len(calls) == 32
     it.close()
 
 
@@ -673,14 +683,14 @@ def test_a_costly_first_element_in_python_is_read_alone():
     assert not any(_first_chunk_overlapped(python=True) for _ in range(3))
 
 
-def test_a_costly_first_element_that_waits_gets_a_second_reader_beside_it():
-    # A reader that waits (I/O, here a sleep) uses no core, and neither would a second
-    # one: it starts while the first waits, not a window of chunks later.
+def test_a_costly_first_element_that_waits_gets_every_reader_allowed_beside_it():
+    # A reader that waits (I/O, here a sleep) uses no core, and neither would the others:
+    # they start while the first waits, not a window of chunks later.
     log = []
     ds = MapDataset.range(50).map(lambda x: (time.sleep(0.06 if x == 0 else 0.001), x)[1])
     it = iter(ds.map(lambda x: log.append(x) or x).to_iter_dataset(ReadOptions(num_threads=4)))
     assert next(it) == 0
-    assert it._tuner.width == 2
+    assert it._tuner.width == 4
     assert 1 in log  # read beside the first element
     it.close()
 
@@ -803,7 +813,7 @@ def _probed(monkeypatch, late_sleeps):
     tuner = it._tuner
     tuner._cores = 2  # the probe's rules are checked, on any machine
     widened, widen = [], tuner.widen_at_start
-    tuner.widen_at_start = lambda: widened.append(widen()) or widened[-1]
+    tuner.widen_at_start = lambda waiting=False: widened.append(widen(waiting)) or widened[-1]
     monkeypatch.setattr(_read_ahead.time, "sleep", sleep)
     monkeypatch.setattr(_read_ahead.time, "perf_counter", lambda: real_clock() + offset[0])
     try:

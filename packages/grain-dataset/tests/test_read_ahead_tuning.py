@@ -289,11 +289,21 @@ def test_a_trial_must_beat_the_widths_average_not_only_its_last_window(clock):
 )
 def test_widening_at_the_start_needs_two_threads_and_two_cores(max_width, cores, widens):
     tuner = _read_ahead._WidthTuner(max_width=max_width, cores=cores)
-    assert tuner.at_start is widens
+    assert tuner.at_start is (max_width > 1)
     assert tuner.widen_at_start() is widens
     assert tuner.width == (2 if widens else 1)
-    assert not tuner.at_start  # once only
+    assert tuner.at_start is (max_width > 1 and not widens)  # once only
     assert tuner.widen_at_start() is False
+
+
+@pytest.mark.parametrize(("max_width", "cores"), [(16, 2), (8, 1), (1, 64)])
+def test_readers_that_wait_get_every_thread_allowed_at_the_start(max_width, cores):
+    # Threads that wait (I/O) use no core: the cores do not bound them.
+    tuner = _read_ahead._WidthTuner(max_width=max_width, cores=cores)
+    assert tuner.widen_at_start(waiting=True) is (max_width > 1)
+    assert tuner.width == max_width
+    assert not tuner.at_start
+    assert tuner.widen_at_start(waiting=True) is False
 
 
 def test_widening_at_the_start_only_before_the_first_window(clock):

@@ -104,6 +104,10 @@ _CHEAP_CHUNK = 2
 # once instead of waiting for the consumer to ask for it.
 _QUEUED_PER_READER = 2
 _SHORT_CHUNK_S = 0.02
+# A batch taken whole (`_take_batch`) is read in at least _PARTS_PER_READER chunks per
+# reader, each of the tuned size or more, but of at most _MAX_PART_S of a reader's time.
+_PARTS_PER_READER = 2
+_MAX_PART_S = 0.02
 # Calls in a row that find no whole batch (filtered positions, every batch, or elements
 # without rows to stack ahead) after which `_take_batch` stops aligning chunks to batches.
 _BATCH_MISSES = 8
@@ -379,21 +383,26 @@ class _WidthTuner:
     @property
     def at_start(self) -> bool:
         """Whether one reader runs and nothing was decided yet: `widen_at_start` may apply."""
-        return self._fresh and self.width == 1 and min(self._max_width, self._cores) > 1
+        return self._fresh and self.width == 1 and self._max_width > 1
 
-    def widen_at_start(self) -> bool:
-        """A second reader at once, for a first chunk that is costly and leaves the GIL free.
+    def widen_at_start(self, waiting: bool = False) -> bool:
+        """More readers at once, for a first chunk that is costly and leaves the GIL free.
 
-        The consumer has nothing to do but wait for the first chunk, so a second
-        reader costs it nothing; without it, elements that cost a tenth of a
+        The consumer has nothing to do but wait for the first chunk, so more
+        readers cost it nothing; without them, elements that cost a tenth of a
         second each would take a whole window of one reader before the first
-        doubling. Only where this process may use two cores. The width is then
-        judged like any other: kept while it pays, inline tried where it does not.
+        doubling. A reader that computes gets a second one, where this process
+        may use two cores; one that waits (I/O, `waiting`) gets all `max_width`
+        at once, as many as the user allowed, as threads that wait use no core
+        (and a doubling a window would take a second per step with elements that
+        wait a tenth of a second). The width is then judged like any other: kept
+        while it pays, doubled while that pays, inline tried where it may pay.
         """
-        if not self.at_start:
+        width = self._max_width if waiting else min(2, self._max_width, self._cores)
+        if not self.at_start or width < 2:
             return False
         self._fresh = False
-        self.width = 2
+        self.width = width
         self._settling = max(1, self.in_flight)
         self._window_start = time.perf_counter()
         return True
@@ -596,8 +605,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
         past the next batch's bound."""
         left = self._length - self._read_pos
         if self._batch_size:
-            bound = self._batch_size - (self._read_pos - self._align) % self._batch_size
-            return min(left, self._chunk, bound)
+            size = self._batch_size
+            bound = size - (self._read_pos - self._align) % size
+            part = self._chunk
+            if self._element_wall:
+                # Parts larger than tuned chunks where few readers share a batch: each part
+                # costs the consumer a hand-off. Enough of them to spread the batch over
+                # the readers, none longer than _MAX_PART_S.
+                width = max(1, self._tuner.width) if self._tuner is not None else 1
+                spread = -(-size // (_PARTS_PER_READER * width))
+                part = max(part, min(spread, int(_MAX_PART_S / self._element_wall)))
+            return min(left, part, bound)
         return min(left, self._chunk)
 
     def _take_batch(self, size: int, batch_fn: Callable[[list[Any]], Any]) -> Any:
@@ -702,14 +720,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
         return max(_MIN_PROBE_S, min(_START_WIDEN_S, 0.5 * count * self._element_wall))
 
     def _widen_if_costly(self, future: Future, count: int) -> None:
-        """While the first chunk runs: a second reader if it is costly and the GIL is free.
+        """While an early chunk runs: more readers if it is costly and the GIL is free.
 
-        The wait for the chunk doubles as the probe: a reader in Python code holds
+        The chunk of `count` elements is given `_probe_after` to end; if it has
+        not, the wait doubles as the probe: a reader in Python code holds
         the GIL, so the consumer, after each hand-off of the GIL (`time.sleep(0)`),
         gets it back a switch interval late; a reader in C code (decoding) lets it in
         at once, and keeps computing meanwhile. A second reader starts if every
         hand-off came back at once while the reader computed; with one late, the
-        tuner is told to try a second reader before reading inline. (The wake-up
+        tuner is told to try a second reader before reading inline. A reader that
+        used next to no CPU meanwhile waits (I/O): if every hand-off came back at
+        once, all the threads allowed start (`_WidthTuner.widen_at_start`). (The wake-up
         from the wait is not a probe: a busy machine makes it late now and then,
         and a reader the machine has stopped (other processes run) leaves the GIL
         free: hence the reader's CPU during the hand-offs.) The reader's CPU is
@@ -728,12 +749,6 @@ class _PrefetchIterator(DatasetIterator[Any]):
             cpu = clock() - cpu
             waited = time.perf_counter() - began
         computing = cpu >= _COMPUTING_SHARE * waited
-        if not computing:
-            # A reader that waits (I/O): a second one waits beside it.
-            tuner.in_flight = len(self._pending)
-            if tuner.widen_at_start():
-                self._submit()
-            return
         late, probes, probes_cpu = 0, 0.0, clock()
         for _ in range(_GIL_PROBES):
             began = time.perf_counter()
@@ -744,11 +759,17 @@ class _PrefetchIterator(DatasetIterator[Any]):
             if late > 1:
                 return  # the reader holds the GIL: a second one would only share it
         running = clock() - probes_cpu >= _COMPUTING_SHARE * probes
-        if late or not running:
+        if not computing:
+            # A reader that waits (I/O), unless the hand-offs say it holds the GIL: it
+            # may be a reader in Python that the machine stopped (other processes run).
+            waiting = not late
+        elif late or not running:
             tuner.gil_free_seen = True  # not enough to widen now: the tuner tries it
             return
+        else:
+            waiting = False
         tuner.in_flight = len(self._pending)
-        if tuner.widen_at_start():
+        if not late and tuner.widen_at_start(waiting):
             self._submit()
 
     def _interrupt(self) -> tuple[()]:
@@ -788,7 +809,11 @@ class _PrefetchIterator(DatasetIterator[Any]):
             self._pending.popleft()
             self._in_flight -= stop - start
             values, error, cpu, wall = future.result()
-            self._queued = _QUEUED_PER_READER if wall < _SHORT_CHUNK_S else 1
+            # Parts of a batch (`_take_batch`) are queued too: each reader's part of a
+            # batch taken whole ends at its own time, and its next one must not wait for
+            # the consumer to take the part before it.
+            short = wall < _SHORT_CHUNK_S or rows is not None
+            self._queued = _QUEUED_PER_READER if short else 1
             waited = 0.0 if ready else time.perf_counter() - began
             self.waited_s += waited
             tuner.in_flight = len(self._pending)
