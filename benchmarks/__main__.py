@@ -106,6 +106,9 @@ SIZES["object_store"] = {"full": ["--records", "2000"], "quick": ["--records", "
 SIZES["freethreaded"] = {"full": ["--repeats", "5"], "quick": ["--quick"]}
 # The 2-core sweep; on a bigger machine run jpeg.py itself with --threads/--workers.
 SIZES["jpeg"] = {"full": ["--size", "3840"], "quick": ["--size", "512"]}
+# Elements that wait 2 ms each (a sleep), 8 and 16 threads: 48 batches, three rounds of
+# 16 readers for MapDataset.batch.
+SIZES["waiting"] = {"full": ["--size", "6144"], "quick": ["--size", "1024"]}
 # ray_tier starts a two-node Ray cluster on this machine itself (~1 min on 2 cores).
 SIZES["ray_tier"] = {
     "full": ["--batches", "48", "--repeats", "3"],
@@ -144,6 +147,7 @@ ROUND_BY_ROUND = (
     "mp",
     "latency_memory",
     "jpeg",
+    "waiting",
     "user_source",
     "llm_tokens",
     "stage_chain",
@@ -238,6 +242,8 @@ TARGETS: dict[str, Target] = {
         "ratio", ">=", 1.8, ">= 1.8x 0 threads", "many-cores issue (31)"
     ),
     "jpeg/*_w0_t2@upstream": Target("ratio", ">=", 1.0, ">= upstream", "many-cores issue (31)"),
+    "waiting/*@upstream": Target("ratio", ">=", 1.0, ">= upstream", "many-cores issue (31)"),
+    "waiting/*@ideal": Target("ratio", ">=", 0.7, ">= 0.7x T threads waiting", "issue 31"),
     "device_put/throughput@plain_loop": Target(
         "ratio", ">=", 0.9, ">= 0.9x plain loop", "grain-jax device_put"
     ),
@@ -1285,6 +1291,30 @@ def bench_jpeg(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_waiting(ctx: Context) -> list[Row]:
+    """waiting.py: each case against upstream's, and against T threads that always wait."""
+    arguments = [*ctx.sizes("waiting"), "--repeats", "1"]
+    ours, upstream = _rounds(ctx, "waiting", arguments, ctx.rounds)
+    _check_sides(ours, upstream)
+    rows = _versus_upstream_rows(ctx, "waiting", "elements/s", ours, upstream)
+    for case, lines in _by_case(ours).items():
+        first = statistics.median(line["first_batch_s"] for line in lines)
+        rows.append(
+            Row(
+                "waiting",
+                case,
+                "elements/s",
+                _rate(lines),
+                "ideal",
+                f"{lines[0]['read_threads']} threads each waiting {lines[0]['wait_ms']} ms",
+                lines[0]["ideal_per_s"],
+                ok=all(line["ok"] for line in lines),
+                note=f"first batch {first:.3f} s",
+            )
+        )
+    return rows
+
+
 def bench_freethreaded(ctx: Context) -> list[Row]:
     """freethreaded.py on this interpreter and on free-threaded CPython (GIL off) if present."""
     lines, _ = ctx.run("freethreaded", ctx.sizes("freethreaded"))
@@ -1468,6 +1498,7 @@ BENCHES: dict[str, Callable[[Context], list[Row]]] = {
     "ray_tier": bench_ray_tier,
     "freethreaded": bench_freethreaded,
     "jpeg": bench_jpeg,
+    "waiting": bench_waiting,
     "user_source": bench_user_source,
     "token_mix": bench_token_mix,
     "token_budget": bench_token_budget,
@@ -1492,6 +1523,7 @@ PEERS = {
     "ray_tier": "local worker processes, Ray Data",
     "freethreaded": "1 worker thread, the pipeline alone, worker processes",
     "jpeg": f"0 threads, {UPSTREAM}",
+    "waiting": f"{UPSTREAM}, threads that always wait",
     "user_source": f"numpy loop, {UPSTREAM}",
     "token_mix": "record-weighted mix",
     "token_budget": "fixed-size batches",

@@ -285,13 +285,15 @@ def test_a_trial_must_beat_the_widths_average_not_only_its_last_window(clock):
 
 
 @pytest.mark.parametrize(
-    ("max_width", "cores", "widens"), [(16, 2, True), (2, 64, True), (1, 64, False), (16, 1, False)]
+    ("max_width", "cores", "width"), [(16, 2, 2), (2, 64, 2), (1, 64, 1), (16, 1, 1), (16, 8, 8)]
 )
-def test_widening_at_the_start_needs_two_threads_and_two_cores(max_width, cores, widens):
+def test_widening_at_the_start_goes_to_the_cores_and_needs_two(max_width, cores, width):
+    # Readers that compute, leaving the GIL free: as many as there are cores for them.
+    widens = width > 1
     tuner = _read_ahead._WidthTuner(max_width=max_width, cores=cores)
     assert tuner.at_start is (max_width > 1)
     assert tuner.widen_at_start() is widens
-    assert tuner.width == (2 if widens else 1)
+    assert tuner.width == width
     assert tuner.at_start is (max_width > 1 and not widens)  # once only
     assert tuner.widen_at_start() is False
 

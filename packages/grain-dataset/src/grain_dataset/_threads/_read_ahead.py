@@ -390,15 +390,14 @@ class _WidthTuner:
 
         The consumer has nothing to do but wait for the first chunk, so more
         readers cost it nothing; without them, elements that cost a tenth of a
-        second each would take a whole window of one reader before the first
-        doubling. A reader that computes gets a second one, where this process
-        may use two cores; one that waits (I/O, `waiting`) gets all `max_width`
-        at once, as many as the user allowed, as threads that wait use no core
-        (and a doubling a window would take a second per step with elements that
-        wait a tenth of a second). The width is then judged like any other: kept
-        while it pays, doubled while that pays, inline tried where it may pay.
+        second each would take a whole window per doubling (seconds on a host with
+        many cores). A reader that computes gets as many readers as this process
+        may use cores, up to `max_width`; one that waits (I/O, `waiting`) gets all
+        `max_width` at once, as many as the user allowed, as threads that wait use
+        no core. The width is then judged like any other: doubled while that pays,
+        inline tried where it may pay.
         """
-        width = self._max_width if waiting else min(2, self._max_width, self._cores)
+        width = self._max_width if waiting else min(self._max_width, self._cores)
         if not self.at_start or width < 2:
             return False
         self._fresh = False
