@@ -253,7 +253,7 @@ class _BatchIterator(StageIterator):
         start = self._parent.get_state()
         try:
             for value in self._parent:
-                if not values and rows is None and dataset._batch_fn is stack:
+                if not values and rows is None and dataset._batch_fn is stack and has_rows(value):
                     rows = RowStack(size)
                     rows.add(value)
                     if rows.stacking:

@@ -20,10 +20,14 @@ on the GIL, few or none. Each reader has a chunk queued behind the one it reads
 waiting for the consumer, where chunks are short (under `_SHORT_CHUNK_S`: the
 hand-off is then a noticeable part of a chunk; longer ones, batches, would only
 hold a batch more of memory per reader); the pool is resized to the width, so
-no more than the width run once the queue has turned over. A first chunk still
-running after `_START_WIDEN_S` that keeps its reader computing gets a second
-reader at once if the consumer, woken from its wait, found the GIL free
-(`_WidthTuner.widen_at_start`).
+no more than the width run once the queue has turned over. An early chunk still
+running after `_START_WIDEN_S` (or half the time the chunk before says it should
+take) is probed: a reader that computes while the GIL is free gets readers up to
+the cores at once, one that waits (I/O) every thread allowed
+(`_WidthTuner.widen_at_start`). A batch stage with the default batch_fn takes its
+batches whole (`_take_batch`): chunks then end at the batches' bounds, a batch's
+chunks are spread over the readers, and each reader copies its chunk's large arrays
+into the batch's one allocation as they come (`SharedRows`).
 
 In a worker's pipeline (mp_prefetch, multithread_prefetch: the iterator was
 created by `iter_worker_slice`, or by a stage of such a pipeline), the iterator
