@@ -221,7 +221,7 @@ class RowStack:
                 return
             # The batch's layout, fixed from now on: read here for each element.
             self._kind, self._rows = shared.kind, shared.rows
-        elif count >= self._size or not self._fits(value):
+        elif count >= self._size or not self._shared.fits(value):
             self._give_up().append(value)
             return
         index = self._offset + count
@@ -235,29 +235,6 @@ class RowStack:
                 skeleton[key] = None
             self._skeletons.append(skeleton)
         self._count = count + 1
-
-    def _fits(self, value: Any) -> bool:
-        """`SharedRows.fits`, inlined for the elements after the first."""
-        kind = self._kind
-        if type(value) is not kind:
-            return False
-        if kind is not np.ndarray:
-            keys = self._shared.keys
-            if kind is dict:
-                if len(value) != len(keys) or not all(key in value for key in keys):
-                    return False
-            elif len(value) != len(keys):
-                return False
-        for key, batch in self._rows.items():
-            leaf = value if key is None else value[key]
-            if (
-                type(leaf) is not np.ndarray
-                or leaf.shape != batch.shape[1:]
-                or leaf.dtype != batch.dtype
-                or not leaf.flags.c_contiguous
-            ):
-                return False
-        return True
 
     def elements(self) -> list[Any]:
         """The elements added, in order (rows copied ahead are views of the batch)."""
